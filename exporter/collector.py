@@ -1,0 +1,205 @@
+"""One collection cycle over NVML, run in the poller's worker thread.
+
+A cycle enumerates devices, reads device-level fields once per physical GPU and
+instance-level fields once per whole GPU or MIG instance, samples GPM, and
+copies the XID counters, producing a :class:`Snapshot`. A lost GPU does not
+stop the others; a GPU whose calls turn slow is set aside for a while; a
+driver that went away is re-initialised with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from types import MappingProxyType
+
+from exporter.catalog import Catalog
+from exporter.nvml.devices import Device, Enumerator, Inventory
+from exporter.nvml.events import XidState, XidWatcher
+from exporter.nvml.fields import Scope, Source
+from exporter.nvml.gpm import GpmReader
+from exporter.nvml.reader import FieldReader
+from exporter.nvml.session import DeviceLost, DriverGone, Session
+from exporter.snapshot import CollectorResult, Snapshot, Value
+
+log = logging.getLogger(__name__)
+
+QUARANTINE_S = 60.0
+MAX_BACKOFF_S = 30.0
+
+
+class Collector:
+    """Owns the NVML session and everything read through it."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        hostname: str,
+        hostname_label: str = "Hostname",
+        slow_s: float = 2.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        fields = [m.field for m in catalog.metrics]
+        self.session = Session()
+        self.enumerator = Enumerator(
+            self.session, hostname, hostname_label, [m.field for m in catalog.labels]
+        )
+        self.reader = FieldReader(self.session, fields)
+        self.gpm = GpmReader(self.session, fields)
+        self.xid = XidWatcher(self.session) if any(f.source is Source.XID for f in fields) else None
+        self.slow_s = slow_s
+        self.clock = clock
+        self.busy_with = ""  # what the worker is reading now, for /ready when a call hangs
+        self._quarantine: dict[str, float] = {}
+        self._retry_at = 0.0
+        self._backoff = 1.0
+        self._down_reason = ""
+        self._inventory = Inventory()
+
+    def close(self) -> None:
+        if self.xid is not None:
+            self.xid.stop()
+        self.gpm.close()
+        self.session.close()
+
+    def _ensure_open(self, now: float) -> None:
+        if self.session.up:
+            return
+        if now < self._retry_at:
+            raise DriverGone(self._down_reason)
+        try:
+            self.session.open()
+        except DriverGone:
+            self._retry_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
+            raise
+        self._backoff = 1.0
+        self._down_reason = ""
+        self.enumerator.reset()
+        gone = [d.key for d in self._inventory.gpus + self._inventory.instances]
+        self.reader.forget(gone)
+        self.gpm.forget(gone)
+        self._inventory = Inventory()
+        log.info("NVML initialised: driver %s", self.session.driver_version)
+
+    def collect(self) -> Snapshot:
+        """Run one cycle; on a driver failure returns a snapshot with no device values."""
+        start = self.clock()
+        t0 = time.perf_counter()
+        results: list[CollectorResult] = []
+        problems: list[str] = []
+        try:
+            self._ensure_open(start)
+            inv = self.enumerator.enumerate()
+        except DriverGone as e:
+            return self._failed(start, t0, str(e))
+        results.append(CollectorResult("enumerate", True, time.perf_counter() - t0))
+        self._forget_gone(inv)
+        self._inventory = inv
+
+        values: dict[str, dict[str, Value]] = {}
+        down: list[Device] = list(inv.lost)
+        for d in inv.lost:
+            problems.append(f"GPU {d.index} ({d.uuid}) is not answering (lost)")
+        t_fields = t_gpm = 0.0
+        gpus_ok: list[Device] = []
+        by_parent: dict[str, list[Device]] = {}
+        for m in inv.instances:
+            assert m.parent is not None
+            by_parent.setdefault(m.parent.key, []).append(m)
+        try:
+            for gpu in inv.gpus:
+                until = self._quarantine.get(gpu.key, 0.0)
+                if until > start:
+                    down.append(gpu)
+                    problems.append(
+                        f"GPU {gpu.index} ({gpu.uuid}) set aside for {until - start:.0f} s "
+                        "more: its NVML calls were slow"
+                    )
+                    continue
+                g0 = time.perf_counter()
+                members = [gpu] if gpu.key not in inv.mig_enabled else by_parent.get(gpu.key, [])
+                try:
+                    self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
+                    values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
+                    gpm_s = 0.0
+                    for dev in members:
+                        vals = values.setdefault(dev.key, {})
+                        vals.update(self.reader.read(dev, Scope.INSTANCE))
+                        p0 = time.perf_counter()
+                        vals.update(self.gpm.read(dev, start))
+                        gpm_s += time.perf_counter() - p0
+                except DeviceLost as e:
+                    for dev in [gpu, *members]:
+                        values.pop(dev.key, None)
+                    down.append(gpu)
+                    problems.append(f"GPU {gpu.index} ({gpu.uuid}) is lost: {e}")
+                    log.warning("GPU %d (%s) lost: %s", gpu.index, gpu.uuid, e)
+                    continue
+                spent = time.perf_counter() - g0
+                t_gpm += gpm_s
+                t_fields += spent - gpm_s
+                if spent > self.slow_s:
+                    self._quarantine[gpu.key] = self.clock() + QUARANTINE_S
+                    log.warning(
+                        "GPU %d (%s): NVML calls took %.1f s; skipping it for %.0f s",
+                        gpu.index,
+                        gpu.uuid,
+                        spent,
+                        QUARANTINE_S,
+                    )
+                gpus_ok.append(gpu)
+        except DriverGone as e:
+            return self._failed(start, t0, str(e))
+        finally:
+            self.busy_with = ""
+        results.append(CollectorResult("fields", True, t_fields))
+        results.append(CollectorResult("gpm", True, t_gpm))
+
+        xid_state = XidState()
+        if self.xid is not None:
+            x0 = time.perf_counter()
+            err = ""
+            try:
+                self.xid.watch(inv.gpus)
+            except (DriverGone, RuntimeError) as e:
+                err = str(e)
+            xid_state = self.xid.state()
+            ok = not err and self.xid.healthy
+            results.append(CollectorResult("xid", ok, time.perf_counter() - x0, err))
+        live = {d.key for d in gpus_ok}
+        entities = tuple(e for e in inv.entities() if (e.parent or e).key in live)
+        return Snapshot(
+            taken_at=start,
+            duration=time.perf_counter() - t0,
+            gpus=tuple(gpus_ok),
+            entities=entities,
+            down=tuple(down),
+            values=MappingProxyType({k: MappingProxyType(v) for k, v in values.items()}),
+            xid=xid_state,
+            collectors=tuple(results),
+            problems=tuple(problems),
+        )
+
+    def _forget_gone(self, inv: Inventory) -> None:
+        now = {d.key for d in inv.gpus + inv.instances}
+        old = {d.key for d in self._inventory.gpus + self._inventory.instances}
+        gone = old - now
+        if gone:
+            self.reader.forget(gone)
+            self.gpm.forget(gone)
+
+    def _failed(self, start: float, t0: float, why: str) -> Snapshot:
+        if self.xid is not None:
+            self.xid.stop()
+        if why != self._down_reason:
+            log.warning("collection failed: %s; retrying with backoff", why)
+            self._down_reason = why
+        return Snapshot(
+            taken_at=start,
+            duration=time.perf_counter() - t0,
+            down=self._inventory.gpus,
+            collectors=(CollectorResult("enumerate", False, time.perf_counter() - t0, why),),
+            problems=(f"NVML unusable: {why}",),
+        )

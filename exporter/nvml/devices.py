@@ -1,0 +1,227 @@
+"""GPUs and MIG instances: enumeration, identity read once, and the labels each carries.
+
+Enumeration runs every cycle because MIG layouts change at run time and GPUs
+fall off the bus; it costs a handful of calls per device because identities
+(UUID, name, bus id, label fields) are read once and reused while the handle
+and UUID stay the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml as N
+
+from exporter.nvml.fields import Call, Field
+from exporter.nvml.session import DeviceLost, DriverGone, Session, Unavailable
+
+log = logging.getLogger(__name__)
+
+
+def escape(value: str) -> str:
+    """Escape a label value for the Prometheus text format."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Device:
+    """A physical GPU, or a MIG instance of one, with the labels its series carry.
+
+    ``key`` is the UUID that identifies it (``GPU-...`` or ``MIG-...``); MIG
+    instances keep their parent's ``gpu`` index and ``UUID`` label, as
+    dcgm-exporter does, and add ``GPU_I_PROFILE`` and ``GPU_I_ID``.
+    """
+
+    key: str
+    index: int
+    uuid: str
+    model: str
+    handle: Any
+    labels: tuple[tuple[str, str], ...]
+    parent: Device | None = None
+    gi: int | None = None
+    ci: int | None = None
+    profile: str = ""
+    arch: int = 0
+    text: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        text = ",".join(f'{k}="{escape(v)}"' for k, v in self.labels)
+        object.__setattr__(self, "text", text)
+
+    @property
+    def is_mig(self) -> bool:
+        return self.parent is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """What one enumeration found: physical GPUs, MIG instances, and GPUs that stopped answering."""
+
+    gpus: tuple[Device, ...] = ()
+    mig_enabled: frozenset[str] = frozenset()  # UUIDs of GPUs in MIG mode
+    instances: tuple[Device, ...] = ()
+    lost: tuple[Device, ...] = ()
+
+    def entities(self) -> tuple[Device, ...]:
+        """Devices that carry instance-level series: whole GPUs, and MIG instances."""
+        whole = tuple(g for g in self.gpus if g.key not in self.mig_enabled)
+        return whole + self.instances
+
+
+def _addr(handle: Any) -> int:
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+def _text(v: str | bytes) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class Enumerator:
+    """Finds devices each cycle, reusing identities read in earlier cycles."""
+
+    def __init__(
+        self,
+        session: Session,
+        hostname: str,
+        hostname_label: str = "Hostname",
+        label_fields: Iterable[Field] = (),
+    ) -> None:
+        self.session = session
+        self.hostname = hostname
+        self.hostname_label = hostname_label
+        self.label_fields = tuple(label_fields)
+        self._known: dict[int, Device] = {}  # handle address -> GPU
+        self._mig: dict[str, Device] = {}  # MIG UUID -> instance
+        self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
+
+    def reset(self) -> None:
+        """Forget handles (after NVML was re-initialised, old handles are invalid)."""
+        self._known.clear()
+        self._mig.clear()
+
+    def enumerate(self) -> Inventory:
+        """One enumeration pass; raises :class:`DriverGone` if NVML is unusable."""
+        s = self.session
+        try:
+            count = N.nvmlDeviceGetCount()
+        except N.NVMLError as e:
+            raise s.failure("nvmlDeviceGetCount", e) from None
+        gpus: list[Device] = []
+        mig_enabled: set[str] = set()
+        instances: list[Device] = []
+        for i in range(count):
+            try:
+                gpu = self._gpu(i)
+            except (DeviceLost, RuntimeError) as e:
+                log.debug("GPU %d not answering: %s", i, e)
+                continue
+            gpus.append(gpu)
+            try:
+                mig = self._mig_instances(gpu)
+            except (DeviceLost, RuntimeError) as e:
+                log.debug("GPU %d MIG enumeration failed: %s", i, e)
+                mig = None
+            if mig is not None:
+                mig_enabled.add(gpu.key)
+                instances.extend(mig)
+        present = {g.key for g in gpus}
+        lost = tuple(d for k, d in self._seen.items() if k not in present)
+        return Inventory(tuple(gpus), frozenset(mig_enabled), tuple(instances), lost)
+
+    def _gpu(self, index: int) -> Device:
+        s = self.session
+        try:
+            handle = N.nvmlDeviceGetHandleByIndex(index)
+        except N.NVMLError as e:
+            raise s.failure("nvmlDeviceGetHandleByIndex", e) from None
+        known = self._known.get(_addr(handle))
+        if known is not None and known.index == index:
+            return known
+        uuid = _text(s.call(Call("nvmlDeviceGetUUID"), handle))
+        name = _text(s.call(Call("nvmlDeviceGetName"), handle))
+        bus = _text(s.call(Call("nvmlDeviceGetPciInfo_v3"), handle).busId)
+        try:
+            minor = s.call(Call("nvmlDeviceGetMinorNumber"), handle)
+        except Unavailable:
+            minor = index
+        try:
+            arch = s.call(Call("nvmlDeviceGetArchitecture"), handle)
+        except Unavailable:
+            arch = 0
+        labels = [
+            ("gpu", str(index)),
+            ("UUID", uuid),
+            ("pci_bus_id", bus),
+            ("device", f"nvidia{minor}"),
+            ("modelName", name),
+            (self.hostname_label, self.hostname),
+            *self._label_values(handle, uuid),
+        ]
+        gpu = Device(uuid, index, uuid, name, handle, tuple(labels), arch=arch)
+        self._known[_addr(handle)] = gpu
+        self._seen[uuid] = gpu
+        return gpu
+
+    def _label_values(self, handle: Any, uuid: str) -> list[tuple[str, str]]:
+        out = []
+        for f in self.label_fields:
+            assert f.call is not None
+            try:
+                raw = self.session.call(f.call, handle)
+            except (Unavailable, RuntimeError) as e:
+                log.info("label %s not available on %s: %s", f.name, uuid, e)
+                continue
+            out.append((f.name, _text(f.pick(raw) if f.pick else raw)))
+        return out
+
+    def _mig_instances(self, gpu: Device) -> list[Device] | None:
+        """MIG instances of a GPU in MIG mode, or None when MIG is off or unsupported."""
+        s = self.session
+        try:
+            current, _pending = s.call(Call("nvmlDeviceGetMigMode"), gpu.handle)
+        except Unavailable:
+            return None
+        if current != N.NVML_DEVICE_MIG_ENABLE:
+            return None
+        limit = s.call(Call("nvmlDeviceGetMaxMigDeviceCount"), gpu.handle)
+        out = []
+        for j in range(limit):
+            try:
+                handle = N.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, j)
+            except N.NVMLError as e:
+                if e.value == N.NVML_ERROR_NOT_FOUND:
+                    continue  # NVML leaves gaps in the MIG device index space
+                raise s.failure("nvmlDeviceGetMigDeviceHandleByIndex", e) from None
+            try:
+                out.append(self._instance(gpu, handle))
+            except Unavailable as e:
+                log.debug("MIG device %d of GPU %d skipped: %s", j, gpu.index, e)
+        return out
+
+    def _instance(self, gpu: Device, handle: Any) -> Device:
+        s = self.session
+        key = _text(s.call(Call("nvmlDeviceGetUUID"), handle))
+        known = self._mig.get(key)
+        if known is not None and known.parent is gpu:
+            return known
+        gi = s.call(Call("nvmlDeviceGetGpuInstanceId"), handle)
+        ci = s.call(Call("nvmlDeviceGetComputeInstanceId"), handle)
+        attrs = s.call(Call("nvmlDeviceGetAttributes_v2"), handle)
+        profile = f"{attrs.gpuInstanceSliceCount}g.{math.ceil(attrs.memorySizeMB / 1024)}gb"
+        base = list(gpu.labels)
+        at = [k for k, _ in base].index(self.hostname_label)
+        labels = [*base[:at], ("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi)), *base[at:]]
+        dev = Device(
+            key, gpu.index, gpu.uuid, gpu.model, handle, tuple(labels), gpu, gi, ci, profile, gpu.arch
+        )
+        self._mig[key] = dev
+        return dev
+
+
+__all__ = ["Device", "DriverGone", "Enumerator", "Inventory"]

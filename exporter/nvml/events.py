@@ -1,0 +1,123 @@
+"""XID errors from an NVML event set, read in a thread of their own.
+
+The thread blocks in ``nvmlEventSetWait_v2`` and adds every event to counters
+by (GPU, GPU instance, XID), so no event is lost between scrapes however many
+arrive; memory stays bounded by the number of distinct codes seen.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pynvml as N
+
+from exporter.nvml.devices import Device
+from exporter.nvml.session import Session
+
+log = logging.getLogger(__name__)
+
+NO_INSTANCE = 0xFFFFFFFF
+WAIT_MS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class XidState:
+    """Counts by (GPU UUID, GPU instance id or None, XID) and the last XID per GPU UUID."""
+
+    counts: tuple[tuple[str, int | None, int, int], ...] = ()
+    last: tuple[tuple[str, int], ...] = ()
+
+
+class XidWatcher:
+    """Owns the event set and the thread that waits on it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._lock = threading.Lock()
+        self._counts: Counter[tuple[str, int | None, int]] = Counter()
+        self._last: dict[str, int] = {}
+        self._registered: frozenset[str] = frozenset()
+        self._by_handle: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.healthy = True
+
+    def watch(self, gpus: Sequence[Device]) -> None:
+        """(Re)register for XIDs when the set of GPUs changed; cheap when it did not."""
+        keys = frozenset(g.key for g in gpus)
+        if keys == self._registered and self._thread is not None and self._thread.is_alive():
+            return
+        self.stop()
+        try:
+            evset = N.nvmlEventSetCreate()
+        except N.NVMLError as e:
+            self.healthy = False
+            raise self.session.failure("nvmlEventSetCreate", e) from None
+        by_handle = {}
+        for g in gpus:
+            try:
+                N.nvmlDeviceRegisterEvents(g.handle, N.nvmlEventTypeXidCriticalError, evset)
+            except N.NVMLError as e:
+                log.warning("GPU %d (%s): cannot watch XID events: %s", g.index, g.uuid, e)
+                self.session.failure("nvmlDeviceRegisterEvents", e)
+                continue
+            by_handle[ctypes.cast(g.handle, ctypes.c_void_p).value] = g.uuid
+        self._by_handle = by_handle
+        self._registered = keys
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(evset, self._stop), name="xid-events", daemon=True
+        )
+        self._thread.start()
+        self.healthy = True
+
+    def stop(self) -> None:
+        """Stop the thread (returns within one wait timeout)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=WAIT_MS / 1000 * 4)
+            self._thread = None
+        self._registered = frozenset()
+
+    def _run(self, evset: object, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    data = N.nvmlEventSetWait_v2(evset, WAIT_MS)
+                except N.NVMLError as e:
+                    if e.value == N.NVML_ERROR_TIMEOUT:
+                        continue
+                    self.session.failure("nvmlEventSetWait_v2", e)
+                    self.healthy = False
+                    stop.wait(1.0)  # the driver may be going away; do not spin
+                    continue
+                self._record(data)
+        finally:
+            try:
+                N.nvmlEventSetFree(evset)
+            except N.NVMLError:
+                pass
+
+    def _record(self, data: N.c_nvmlEventData_t) -> None:
+        uuid = self._by_handle.get(ctypes.cast(data.device, ctypes.c_void_p).value)
+        if uuid is None:
+            return
+        gi = None if data.gpuInstanceId == NO_INSTANCE else int(data.gpuInstanceId)
+        xid = int(data.eventData)
+        with self._lock:
+            self._counts[(uuid, gi, xid)] += 1
+            self._last[uuid] = xid
+        self.healthy = True
+        log.warning("XID %d on %s%s", xid, uuid, "" if gi is None else f" GPU instance {gi}")
+
+    def state(self) -> XidState:
+        with self._lock:
+            counts = tuple((u, gi, x, n) for (u, gi, x), n in self._counts.items())
+            last = tuple(self._last.items())
+        return XidState(counts, last)
+

@@ -1,0 +1,296 @@
+"""Every DCGM field this exporter serves, and where NVML gets it.
+
+One row per field: its scope (one series per physical GPU, or one per GPU *and*
+per MIG instance), the NVML source (a batch field id, a driver call shared with
+other fields, a GPM metric, the XID event thread, or an identity string read
+once) and the conversion to DCGM's unit. A field's whole story is its row in
+metrics.csv plus its row here.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml as N
+
+MIB = 1024 * 1024
+ALL_LINKS = 0xFFFFFFFF  # NVML scopeId meaning "summed over every NVLink"
+
+
+class Scope(enum.Enum):
+    DEVICE = "device"  # one series per physical GPU (temperature, power, clocks, ECC, PCIe)
+    INSTANCE = "instance"  # one per whole GPU and per MIG instance (framebuffer, GPM)
+
+
+class Source(enum.Enum):
+    FIELD = "field"  # nvmlDeviceGetFieldValues, batched per device
+    CALL = "call"  # one NVML call, shared by the fields that read it
+    GPM = "gpm"  # GPM metric from two samples (Hopper and newer)
+    XID = "xid"  # the XID event thread
+    LABEL = "label"  # identity string read once at enumeration
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One NVML call: ``pynvml.<function>(handle, *args)``; ``fallback`` if the driver lacks it."""
+
+    function: str
+    args: tuple = ()
+    fallback: Call | None = None
+    system: bool = False  # takes no device handle (nvmlSystemGet*)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """How one DCGM field is read and converted; ``unit`` is the unit exported."""
+
+    name: str
+    scope: Scope
+    source: Source
+    unit: str = ""
+    field_ids: tuple[tuple[int, int], ...] = ()  # (fieldId, scopeId); several are summed
+    call: Call | None = None
+    pick: Callable[[Any], Any] | None = None  # extracts this field from the call's result
+    gpm_metric: int = 0
+    scale: float = 1.0
+    integer: bool = True  # DCGM exports this field as an integer
+
+    @property
+    def is_label(self) -> bool:
+        return self.source is Source.LABEL
+
+    def convert(self, raw: Any) -> int | float:
+        v = raw * self.scale if self.scale != 1.0 else raw
+        return int(v) if self.integer else float(v)
+
+
+D, I = Scope.DEVICE, Scope.INSTANCE
+FIELDS: dict[str, Field] = {}
+
+
+def _add(f: Field) -> None:
+    FIELDS[f.name] = f
+
+
+def _fid(
+    name: str, unit: str, *ids: int, scope_id: int = 0, scale: float = 1.0, integer: bool = True
+) -> None:
+    ids_ = tuple((i, scope_id) for i in ids)
+    _add(Field(name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer))
+
+
+def _call(
+    name: str,
+    unit: str,
+    call: Call,
+    pick: Callable[[Any], Any] | None = None,
+    *,
+    scope: Scope = D,
+    scale: float = 1.0,
+    integer: bool = True,
+) -> None:
+    _add(Field(name, scope, Source.CALL, unit, (), call, pick, scale=scale, integer=integer))
+
+
+def _gpm(name: str, unit: str, metric: int, scale: float) -> None:
+    _add(Field(name, I, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
+
+
+def _label(name: str, call: Call, pick: Callable[[Any], Any] | None = None) -> None:
+    _add(Field(name, D, Source.LABEL, "", (), call, pick))
+
+
+# --- utilization (absent on MIG-enabled GPUs: NVML answers NotSupported) ---
+_util = Call("nvmlDeviceGetUtilizationRates")
+_call("DCGM_FI_DEV_GPU_UTIL", "%", _util, lambda u: u.gpu)
+_call("DCGM_FI_DEV_MEM_COPY_UTIL", "%", _util, lambda u: u.memory)
+_call("DCGM_FI_DEV_ENC_UTIL", "%", Call("nvmlDeviceGetEncoderUtilization"), lambda r: r[0])
+_call("DCGM_FI_DEV_DEC_UTIL", "%", Call("nvmlDeviceGetDecoderUtilization"), lambda r: r[0])
+
+# --- framebuffer: per whole GPU and per MIG instance; bytes -> MiB ---
+_mem = Call(
+    "nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo")
+)
+for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used")):
+    _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, lambda m, a=_attr: getattr(m, a) // MIB, scope=I)
+_call("DCGM_FI_DEV_FB_RESERVED", "MiB", _mem, lambda m: m.reserved // MIB, scope=I)
+
+# --- temperature (C) ---
+_call(
+    "DCGM_FI_DEV_GPU_TEMP",
+    "C",
+    Call(
+        "nvmlDeviceGetTemperatureV",
+        (N.NVML_TEMPERATURE_GPU,),
+        fallback=Call("nvmlDeviceGetTemperature", (N.NVML_TEMPERATURE_GPU,)),
+    ),
+)
+_fid("DCGM_FI_DEV_MEMORY_TEMP", "C", N.NVML_FI_DEV_MEMORY_TEMP)
+for _n, _t in (
+    ("SLOWDOWN_TEMP", N.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+    ("SHUTDOWN_TEMP", N.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
+    ("GPU_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+    ("MEM_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
+):
+    _call(f"DCGM_FI_DEV_{_n}", "C", Call("nvmlDeviceGetTemperatureThreshold", (_t,)))
+
+# --- power (mW -> W) and energy (mJ since driver load) ---
+_w = 0.001
+_call("DCGM_FI_DEV_POWER_USAGE", "W", Call("nvmlDeviceGetPowerUsage"), scale=_w, integer=False)
+_fid("DCGM_FI_DEV_POWER_USAGE_INSTANT", "W", N.NVML_FI_DEV_POWER_INSTANT, scale=_w, integer=False)
+_call(
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+    "W",
+    Call("nvmlDeviceGetPowerManagementLimit"),
+    scale=_w,
+    integer=False,
+)
+_call(
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+    "W",
+    Call("nvmlDeviceGetEnforcedPowerLimit"),
+    scale=_w,
+    integer=False,
+)
+_fid("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ", N.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+
+# --- clocks (MHz) ---
+for _n, _c in (
+    ("SM", N.NVML_CLOCK_SM),
+    ("MEM", N.NVML_CLOCK_MEM),
+    ("VIDEO", N.NVML_CLOCK_VIDEO),
+):
+    _call(f"DCGM_FI_DEV_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetClockInfo", (_c,)))
+    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetMaxClockInfo", (_c,)))
+_reasons = Call(
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    fallback=Call("nvmlDeviceGetCurrentClocksThrottleReasons"),
+)
+_call("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "bitmask", _reasons)
+_call("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "bitmask", _reasons)  # pre-4.0 DCGM name
+_call("DCGM_FI_DEV_PSTATE", "P-state 0-15", Call("nvmlDeviceGetPerformanceState"))
+_call("DCGM_FI_DEV_FAN_SPEED", "%", Call("nvmlDeviceGetFanSpeed"))
+
+# --- throttling: time spent clock-limited by each reason (ns, cumulative) ---
+for _n, _f in (
+    ("POWER", N.NVML_FI_DEV_PERF_POLICY_POWER),
+    ("THERMAL", N.NVML_FI_DEV_PERF_POLICY_THERMAL),
+    ("SYNC_BOOST", N.NVML_FI_DEV_PERF_POLICY_SYNC_BOOST),
+    ("BOARD_LIMIT", N.NVML_FI_DEV_PERF_POLICY_BOARD_LIMIT),
+    ("LOW_UTIL", N.NVML_FI_DEV_PERF_POLICY_LOW_UTILIZATION),
+    ("RELIABILITY", N.NVML_FI_DEV_PERF_POLICY_RELIABILITY),
+    ("TOTAL_APP_CLOCKS", N.NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS),
+    ("TOTAL_BASE_CLOCKS", N.NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS),
+):
+    _fid(f"DCGM_FI_DEV_{_n}_VIOLATION", "ns", _f)
+
+# --- PCIe ---
+_fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", N.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
+_fid("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "KB", N.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, scale=1 / 1024)
+_fid("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "KB", N.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, scale=1 / 1024)
+_call("DCGM_FI_DEV_PCIE_LINK_GEN", "generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"))
+_call("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", Call("nvmlDeviceGetCurrPcieLinkWidth"))
+
+# --- ECC, page retirement (pre-Ampere), row remapping (Ampere and newer) ---
+_fid("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "count", N.NVML_FI_DEV_ECC_SBE_VOL_TOTAL)
+_fid("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "count", N.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
+_fid("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "count", N.NVML_FI_DEV_ECC_SBE_AGG_TOTAL)
+_fid("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "count", N.NVML_FI_DEV_ECC_DBE_AGG_TOTAL)
+_fid("DCGM_FI_DEV_RETIRED_SBE", "pages", N.NVML_FI_DEV_RETIRED_SBE)
+_fid("DCGM_FI_DEV_RETIRED_DBE", "pages", N.NVML_FI_DEV_RETIRED_DBE)
+_fid("DCGM_FI_DEV_RETIRED_PENDING", "pages", N.NVML_FI_DEV_RETIRED_PENDING)
+_fid("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "rows", N.NVML_FI_DEV_REMAPPED_COR)
+_fid("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows", N.NVML_FI_DEV_REMAPPED_UNC)
+_fid("DCGM_FI_DEV_ROW_REMAP_PENDING", "bool", N.NVML_FI_DEV_REMAPPED_PENDING)
+_fid("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", N.NVML_FI_DEV_REMAPPED_FAILURE)
+
+# --- NVLink (totals over all links) ---
+_fid(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "KiB",
+    N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    scope_id=ALL_LINKS,
+)
+_fid("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "count", 38)
+_fid("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "count", 45)
+_fid("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "count", 52)
+_fid("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "count", 59)
+
+# --- GPM profiling (Hopper and newer; per GPU and per MIG instance) ---
+_pct, _mibs = 0.01, float(MIB)
+for _n, _m in (
+    ("GR_ENGINE_ACTIVE", N.NVML_GPM_METRIC_GRAPHICS_UTIL),
+    ("SM_ACTIVE", N.NVML_GPM_METRIC_SM_UTIL),
+    ("SM_OCCUPANCY", N.NVML_GPM_METRIC_SM_OCCUPANCY),
+    ("PIPE_TENSOR_ACTIVE", N.NVML_GPM_METRIC_ANY_TENSOR_UTIL),
+    ("PIPE_TENSOR_DFMA_ACTIVE", N.NVML_GPM_METRIC_DFMA_TENSOR_UTIL),
+    ("PIPE_TENSOR_HMMA_ACTIVE", N.NVML_GPM_METRIC_HMMA_TENSOR_UTIL),
+    ("PIPE_TENSOR_IMMA_ACTIVE", N.NVML_GPM_METRIC_IMMA_TENSOR_UTIL),
+    ("PIPE_INT_ACTIVE", N.NVML_GPM_METRIC_INTEGER_UTIL),
+    ("DRAM_ACTIVE", N.NVML_GPM_METRIC_DRAM_BW_UTIL),
+    ("PIPE_FP64_ACTIVE", N.NVML_GPM_METRIC_FP64_UTIL),
+    ("PIPE_FP32_ACTIVE", N.NVML_GPM_METRIC_FP32_UTIL),
+    ("PIPE_FP16_ACTIVE", N.NVML_GPM_METRIC_FP16_UTIL),
+):
+    _gpm(f"DCGM_FI_PROF_{_n}", "ratio", _m, _pct)
+_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs)
+_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs)
+_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs)
+_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs)
+
+# --- XIDs, from the event thread ---
+# Last XID seen on the GPU (sticky, like dcgm-exporter), with err_code and err_msg labels.
+_add(Field("DCGM_FI_DEV_XID_ERRORS", D, Source.XID, "xid"))
+# XIDs by code since the exporter started, per GPU or MIG instance: alert on this one.
+_add(Field("DCGM_EXP_XID_ERRORS_TOTAL", I, Source.XID, "events"))
+
+# --- label fields: read once when a device is enumerated ---
+_label("DCGM_FI_DRIVER_VERSION", Call("nvmlSystemGetDriverVersion", system=True))
+_label("DCGM_FI_NVML_VERSION", Call("nvmlSystemGetNVMLVersion", system=True))
+_label(
+    "DCGM_FI_CUDA_DRIVER_VERSION",
+    Call("nvmlSystemGetCudaDriverVersion", system=True),
+    lambda v: f"{v // 1000}.{v % 1000 // 10}",
+)
+_label("DCGM_FI_DEV_NAME", Call("nvmlDeviceGetName"))
+_label("DCGM_FI_DEV_SERIAL", Call("nvmlDeviceGetSerial"))
+_label("DCGM_FI_DEV_UUID", Call("nvmlDeviceGetUUID"))
+_label("DCGM_FI_DEV_VBIOS_VERSION", Call("nvmlDeviceGetVbiosVersion"))
+_label("DCGM_FI_DEV_INFOROM_IMAGE_VER", Call("nvmlDeviceGetInforomImageVersion"))
+_label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
+_label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
+_label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
+
+_BRANDS = {
+    N.NVML_BRAND_TESLA: "Tesla",
+    N.NVML_BRAND_QUADRO: "Quadro",
+    N.NVML_BRAND_GEFORCE: "GeForce",
+    N.NVML_BRAND_NVIDIA: "NVIDIA",
+}
+
+# DCGM fields that are known but that NVML alone cannot serve, with the reason
+# logged once at startup. Any other unknown name in a metrics file is an error.
+UNSERVED: dict[str, str] = {
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing state exists only on vGPU guests; "
+    "not available through NVML on bare-metal nodes",
+    "DCGM_FI_DEV_COUNT": "node-level count; use gpu_exporter_gpus",
+    "DCGM_EXP_XID_ERRORS_COUNT": "windowed count of dcgm-exporter; use "
+    "increase(DCGM_EXP_XID_ERRORS_TOTAL[window]) instead",
+    "DCGM_EXP_CLOCK_EVENTS_COUNT": "windowed count of dcgm-exporter; use "
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS and the *_VIOLATION counters instead",
+    "DCGM_FI_DEV_GPU_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
+    "DCGM_FI_DEV_MEM_COPY_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
+    "DCGM_FI_PROF_NVOFA0_ACTIVE": "not collected: no mapped GPM metric yet",
+    "DCGM_FI_PROF_NVDEC0_ACTIVE": "not collected: no mapped GPM metric yet",
+    "DCGM_FI_PROF_NVJPG0_ACTIVE": "not collected: no mapped GPM metric yet",
+    "DCGM_FI_PROF_PIPE_TENSOR_DMMA_ACTIVE": "not collected: no mapped GPM metric yet",
+    "DCGM_FI_DEV_FB_USED_PERCENT": "derive it: DCGM_FI_DEV_FB_USED / DCGM_FI_DEV_FB_TOTAL",
+    "DCGM_FI_DEV_NVSWITCH_LINK_STATUS": "NVSwitch fields need DCGM's NVSwitch module, "
+    "not available through NVML",
+    "DCGM_FI_DEV_DIAG_MEMORY_RESULT": "diagnostics results come from DCGM's diag, "
+    "not available through NVML",
+}

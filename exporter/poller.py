@@ -1,0 +1,150 @@
+"""The collection loop: NVML work in one worker thread, rendering into cached bytes.
+
+Each interval the poller hands one cycle to a single worker thread and waits
+at most the collect timeout. A cycle that overruns is left to finish on its
+own (no second thread is started while it hangs, so threads never pile up)
+and scrapes keep getting the last exposition, whose self-metrics show the age.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from exporter.catalog import Catalog
+from exporter.collector import Collector
+from exporter.render import render
+from exporter.selfmetrics import SelfMetrics
+from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """What /metrics serves: the same text, plain and gzip-compressed."""
+
+    plain: bytes
+    gzipped: bytes
+
+    @classmethod
+    def of(cls, text: str) -> Exposition:
+        data = text.encode()
+        return cls(data, gzip.compress(data, compresslevel=6, mtime=0))
+
+
+class Poller:
+    """Runs the collector every interval and publishes the rendered exposition."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        collector: Collector,
+        interval_s: float,
+        timeout_s: float,
+        extra_labels: Callable[[], Mapping[str, str]] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.collector = collector
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.extra_labels = extra_labels
+        self.selfmetrics = SelfMetrics(interval_s)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
+        self.snapshot: Snapshot | None = None
+        self.last_ok_monotonic: float | None = None
+        self.stuck = ""  # why the current cycle has not finished, when it overran
+        self._pending: Future[Snapshot] | None = None
+        self.exposition = Exposition.of(self.selfmetrics.render())
+        self.cycles = 0
+
+    async def run(self) -> None:
+        """Collect forever at the interval (cancel the task to stop)."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            await self.cycle()
+            next_at += self.interval_s
+            now = loop.time()
+            if next_at < now:  # fell behind: skip missed ticks instead of bursting
+                next_at = now + self.interval_s
+            await asyncio.sleep(next_at - now)
+
+    async def cycle(self) -> None:
+        """One collection: submit to the worker unless it is still busy, then publish."""
+        if self._pending is not None and not self._pending.done():
+            self.selfmetrics.collections["skipped"] += 1
+            self.stuck = (
+                f"collection has not finished for {time.monotonic() - self._started:.0f} s "
+                f"(busy reading {self.collector.busy_with or 'NVML'})"
+            )
+            log.warning("%s; serving the last snapshot", self.stuck)
+            self._publish_self()
+            return
+        self._started = time.monotonic()
+        self._pending = self.executor.submit(self.collector.collect)
+        try:
+            snap = await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(self._pending)), self.timeout_s
+            )
+        except TimeoutError:
+            self.selfmetrics.collections["failure"] += 1
+            self.stuck = (
+                f"collection exceeded {self.timeout_s:g} s "
+                f"(busy reading {self.collector.busy_with or 'NVML'})"
+            )
+            log.warning("%s; serving the last snapshot", self.stuck)
+            self._publish_self()
+            return
+        self.stuck = ""
+        self.publish(snap)
+
+    def publish(self, snap: Snapshot) -> None:
+        """Render a snapshot into the exposition that scrapes serve."""
+        sm = self.selfmetrics
+        self.snapshot = snap
+        self.cycles += 1
+        s = self.collector.session
+        sm.snapshot = snap
+        sm.nvml_up = s.up
+        sm.driver_version, sm.nvml_version = s.driver_version, s.nvml_version
+        if snap.ok:
+            sm.collections["success"] += 1
+            sm.last_success = snap.taken_at
+            self.last_ok_monotonic = time.monotonic()
+        else:
+            sm.collections["failure"] += 1
+        extra = self.extra_labels() if self.extra_labels else None
+        self._dcgm, sm.series = render(snap, self.catalog, extra)
+        self._publish_self()
+
+    def _publish_self(self) -> None:
+        sm = self.selfmetrics
+        sm.nvml_errors = self.collector.session.error_counts()
+        dcgm = getattr(self, "_dcgm", "")
+        self.exposition = Exposition.of(dcgm + sm.render())
+
+    def readiness(self) -> tuple[bool, list[str]]:
+        """(ready, reasons and details) for /ready."""
+        details = list(self.snapshot.problems) if self.snapshot else []
+        if self.stuck:
+            details.insert(0, self.stuck)
+        if self.last_ok_monotonic is None:
+            why = "no collection has succeeded yet"
+            if self.snapshot is not None and self.snapshot.problems:
+                why = self.snapshot.problems[0]
+            return False, [why, *details]
+        age = time.monotonic() - self.last_ok_monotonic
+        if age > 3 * self.interval_s:
+            return False, [f"last good collection is {age:.0f} s old (> 3 intervals)", *details]
+        if not self.collector.session.up:
+            return False, ["NVML is not usable", *details]
+        return True, details
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)

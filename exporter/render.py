@@ -1,0 +1,86 @@
+"""Snapshot to Prometheus text exposition, with dcgm-exporter's names and labels.
+
+Runs once per cycle in the poller; scrapes only serve the bytes it produced.
+Label text of each device is pre-rendered when the device is enumerated, so
+rendering is string joins over the snapshot's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from exporter.catalog import Catalog, MetricSpec
+from exporter.nvml.devices import Device, escape
+from exporter.nvml.fields import Scope, Source
+from exporter.snapshot import Snapshot
+from exporter.xids import describe
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _num(v: float) -> str:
+    return str(v) if isinstance(v, int) else repr(float(v))
+
+
+def _head(spec: MetricSpec) -> str:
+    help_text = spec.help.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {spec.type}\n"
+
+
+def render(
+    snap: Snapshot, catalog: Catalog, extra: Mapping[str, str] | None = None
+) -> tuple[str, int]:
+    """Render the DCGM series of a snapshot; returns (text, number of series).
+
+    ``extra`` maps a device key to more label text (``pod="..."``) for its series.
+    """
+    extra = extra or {}
+    out: list[str] = []
+    series = 0
+
+    def labels(dev: Device, more: str = "") -> str:
+        text = dev.text
+        add = extra.get(dev.key)
+        if add:
+            text = f"{text},{add}"
+        return f"{text},{more}" if more else text
+
+    for spec in catalog.metrics:
+        f = spec.field
+        lines: list[str] = []
+        if f.source is Source.XID:
+            lines = _xid_lines(spec, snap, labels)
+        else:
+            devices = snap.gpus if f.scope is Scope.DEVICE else snap.entities
+            name = spec.name
+            for dev in devices:
+                v = snap.values.get(dev.key, {}).get(name)
+                if v is not None:
+                    lines.append(f"{name}{{{labels(dev)}}} {_num(v)}\n")
+        if lines:
+            out.append(_head(spec))
+            out.extend(lines)
+            series += len(lines)
+    return "".join(out), series
+
+
+def _xid_lines(spec: MetricSpec, snap: Snapshot, labels: Callable[..., str]) -> list[str]:
+    name = spec.name
+    if spec.field.scope is Scope.DEVICE:  # last XID per GPU, sticky like dcgm-exporter
+        last = dict(snap.xid.last)
+        out = []
+        for gpu in snap.gpus:
+            x = last.get(gpu.uuid, 0)
+            more = f'err_code="{x}",err_msg="{escape(describe(x))}"'
+            out.append(f"{name}{{{labels(gpu, more)}}} {x}\n")
+        return out
+    # Counter by XID code; kept for GPUs that went down, since XID 79 comes with the fall.
+    gpus = {d.uuid: d for d in snap.gpus + snap.down if not d.is_mig}
+    mig = {(d.uuid, d.gi): d for d in snap.entities if d.is_mig}
+    out = []
+    for uuid, gi, xid, n in sorted(snap.xid.counts, key=lambda c: (c[0], c[1] or -1, c[2])):
+        dev = mig.get((uuid, gi)) or gpus.get(uuid)
+        if dev is not None:
+            more = f'xid="{xid}"'
+            out.append(f"{name}{{{labels(dev, more)}}} {n}\n")
+    return out

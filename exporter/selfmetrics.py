@@ -1,0 +1,131 @@
+"""The exporter's own metrics (prefix ``gpu_exporter_``), rendered with each snapshot.
+
+Families come from the latest cycle's state through a private prometheus-client
+registry, together with the standard process metrics. Staleness is left to
+PromQL: ``time() - gpu_exporter_last_collection_success_timestamp_seconds``.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from exporter import __version__
+from exporter.nvml.devices import Device
+from exporter.snapshot import Snapshot
+
+PREFIX = "gpu_exporter"
+GPU_LABELS = 6  # gpu, UUID, pci_bus_id, device, modelName, Hostname
+
+
+class SelfMetrics:
+    """Holds what the families report; :meth:`render` is called by the poller once per cycle."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.collections: Counter[str] = Counter()
+        self.last_success = 0.0
+        self.series = 0
+        self.snapshot: Snapshot | None = None
+        self.nvml_up = False
+        self.driver_version = ""
+        self.nvml_version = ""
+        self.nvml_errors: tuple[tuple[str, str, int], ...] = ()
+        self.skipped_cycles = 0
+        self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        self.registry.register(self)
+
+    def render(self) -> str:
+        return generate_latest(self.registry).decode()
+
+    def collect(self) -> Iterator[Metric]:
+        p = PREFIX
+        info = GaugeMetricFamily(
+            f"{p}_build_info",
+            "Build and driver information; value is 1.",
+            labels=["version", "python_version", "driver_version", "nvml_version"],
+        )
+        info.add_metric(
+            [__version__, platform.python_version(), self.driver_version, self.nvml_version], 1
+        )
+        yield info
+        yield GaugeMetricFamily(
+            f"{p}_collect_interval_seconds", "Configured collection interval.", self.interval_s
+        )
+        yield GaugeMetricFamily(
+            f"{p}_nvml_up", "1 when NVML is initialised and answering.", int(self.nvml_up)
+        )
+        yield GaugeMetricFamily(
+            f"{p}_last_collection_success_timestamp_seconds",
+            "Unix time of the last collection cycle that succeeded.",
+            self.last_success,
+        )
+        c = CounterMetricFamily(
+            f"{p}_collections", "Collection cycles by result.", labels=["result"]
+        )
+        for result in ("success", "failure", "skipped"):
+            c.add_metric([result], self.collections[result])
+        yield c
+        errors = CounterMetricFamily(
+            f"{p}_nvml_errors",
+            "NVML calls that failed, by function and NVML error code.",
+            labels=["function", "code"],
+        )
+        for fn, code, n in self.nvml_errors:
+            errors.add_metric([fn, code], n)
+        yield errors
+        yield GaugeMetricFamily(
+            f"{p}_series", "DCGM series in the last rendered exposition.", self.series
+        )
+        snap = self.snapshot
+        if snap is None:
+            return
+        yield GaugeMetricFamily(
+            f"{p}_collection_duration_seconds",
+            "Wall time of the last collection cycle.",
+            snap.duration,
+        )
+        ok = GaugeMetricFamily(
+            f"{p}_collector_success",
+            "1 when the collector succeeded in the last cycle.",
+            labels=["collector"],
+        )
+        dur = GaugeMetricFamily(
+            f"{p}_collector_duration_seconds",
+            "Seconds the collector spent in the last cycle.",
+            labels=["collector"],
+        )
+        for r in snap.collectors:
+            ok.add_metric([r.name], int(r.success))
+            dur.add_metric([r.name], r.duration)
+        yield ok
+        yield dur
+        yield GaugeMetricFamily(
+            f"{p}_gpus", "Physical GPUs reporting in the last cycle.", len(snap.gpus)
+        )
+        yield GaugeMetricFamily(
+            f"{p}_mig_instances",
+            "MIG instances reporting in the last cycle.",
+            sum(1 for d in snap.entities if d.is_mig),
+        )
+        up = None
+        for dev, value in [(d, 1) for d in snap.gpus] + [(d, 0) for d in snap.down]:
+            if up is None:
+                up = GaugeMetricFamily(
+                    f"{p}_gpu_up",
+                    "1 when the GPU answered in the last cycle; 0 when it was seen before "
+                    "and is now lost or set aside.",
+                    labels=[k for k, _ in dev.labels[:GPU_LABELS]],
+                )
+            up.add_metric(_gpu_label_values(dev), value)
+        if up is not None:
+            yield up
+
+
+def _gpu_label_values(dev: Device) -> list[str]:
+    return [v for _, v in dev.labels[:GPU_LABELS]]
