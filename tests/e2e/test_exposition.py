@@ -1,0 +1,184 @@
+"""End to end: the exporter as a subprocess on a simulated node, scraped over HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.exposition import find, masked, samples
+from tests.procs import ROOT, Exporter, require, wait_until
+
+FLEETS = ROOT / "tests" / "fixtures" / "fleets"
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+# The only promtool lint findings allowed: DCGM's names and labels, kept for compatibility.
+ALLOWED_LINT = (
+    "metric names should be written in 'snake_case' not 'camelCase'",
+    'counter metrics should have "_total" suffix',
+    "label names should be written in 'snake_case' not 'camelCase'",
+    'non-histogram and non-summary metrics should not have "_count" suffix',
+    'non-counter metrics should not have "_total" suffix',
+)
+
+
+@pytest.fixture(scope="module")
+def default_node():
+    exp = Exporter("-c", "300")
+    try:
+        exp.wait_ready()
+        wait_until(lambda: "DCGM_FI_PROF_SM_ACTIVE" in exp.metrics(), 10, "GPM values")
+        yield exp
+    finally:
+        exp.stop()
+
+
+@pytest.fixture(scope="module")
+def mixed_node():
+    exp = Exporter("-c", "300", fleet=FLEETS / "mixed.yaml")
+    try:
+        exp.wait_ready()
+        wait_until(lambda: "DCGM_FI_PROF_SM_ACTIVE" in exp.metrics(), 10, "GPM values")
+        yield exp
+    finally:
+        exp.stop()
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / f"{name}.prom"
+    got = masked(text)
+    if UPDATE or not path.exists():
+        path.write_text(got)
+        if not UPDATE:
+            pytest.fail(f"wrote missing golden file {path}; rerun")
+    assert got == path.read_text(), f"differs from {path}; UPDATE_GOLDEN=1 rewrites it"
+
+
+def test_default_node_golden(default_node):
+    check_golden("default-node", default_node.metrics())
+
+
+def test_mixed_node_golden(mixed_node):
+    check_golden("mixed-node", mixed_node.metrics())
+
+
+def test_default_node_has_8_h100s_and_mig_instances(default_node):
+    text = default_node.metrics()
+    temps = find(text, "DCGM_FI_DEV_GPU_TEMP")
+    assert sorted(int(s.labels["gpu"]) for s in temps) == list(range(8))
+    assert {s.labels["modelName"] for s in temps} == {"NVIDIA H100 80GB HBM3"}
+    assert all(s.labels["Hostname"] == "sim-node" for s in temps)
+    assert [k for k in temps[0].labels][:6] == [
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+    ]
+    util_gpus = {s.labels["gpu"] for s in find(text, "DCGM_FI_DEV_GPU_UTIL")}
+    assert util_gpus == {"0", "1", "2", "3", "4", "5"}  # GPUs 6 and 7 are in MIG mode
+    fb = find(text, "DCGM_FI_DEV_FB_USED")
+    whole = [s for s in fb if "GPU_I_ID" not in s.labels]
+    mig = [s for s in fb if "GPU_I_ID" in s.labels]
+    assert sorted(s.labels["gpu"] for s in whole) == ["0", "1", "2", "3", "4", "5"]
+    assert len(mig) == 11
+    assert sorted(s.labels["GPU_I_PROFILE"] for s in mig if s.labels["gpu"] == "7") == [
+        "1g.10gb",
+        "1g.10gb",
+        "2g.20gb",
+        "3g.40gb",
+    ]
+    mig_gpm = {s.labels.get("GPU_I_ID") for s in find(text, "DCGM_FI_PROF_SM_ACTIVE", gpu="6")}
+    assert len(mig_gpm) == 7 and None not in mig_gpm
+
+
+def test_device_level_series_never_carry_instance_labels(mixed_node):
+    for s in samples(mixed_node.metrics()):
+        if s.name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"):
+            assert "GPU_I_ID" not in s.labels
+
+
+def test_sum_of_framebuffer_counts_each_gpu_once(mixed_node):
+    text = mixed_node.metrics()
+    total = sum(s.value for s in find(text, "DCGM_FI_DEV_FB_TOTAL"))
+    # H100 81559 + MIG H100 (40448+20096+9984 -> 39+19+9 GiB-ish instance sizes) etc.: the
+    # sum must not include the MIG parents' own totals.
+    parents = {"1", "2"}
+    assert not [
+        s
+        for s in find(text, "DCGM_FI_DEV_FB_TOTAL")
+        if s.labels["gpu"] in parents and "GPU_I_ID" not in s.labels
+    ]
+    assert total < 81559 * 2 + 40960 + 23034 + 15360
+
+
+def test_unsupported_fields_are_absent_not_zero(mixed_node):
+    text = mixed_node.metrics()
+    models = {s.labels["gpu"]: s.labels["modelName"] for s in find(text, "DCGM_FI_DEV_GPU_TEMP")}
+    prof_gpus = {s.labels["gpu"] for s in find(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")}
+    assert prof_gpus == {g for g, m in models.items() if "H100" in m}
+    remap = {s.labels["gpu"] for s in find(text, "DCGM_FI_DEV_ROW_REMAP_PENDING")}
+    assert models[next(iter(set(models) - remap))] == "Tesla T4"  # T4 has no row remapping
+    retired = {s.labels["gpu"] for s in find(text, "DCGM_FI_DEV_RETIRED_PENDING")}
+    assert [models[g] for g in retired] == ["Tesla T4"]
+    assert "NaN" not in text
+
+
+def test_xid_gauge_starts_at_no_error(mixed_node):
+    for s in find(mixed_node.metrics(), "DCGM_FI_DEV_XID_ERRORS"):
+        assert s.value == 0 and s.labels["err_code"] == "0" and s.labels["err_msg"] == "No Error"
+
+
+def test_gzip_is_the_same_exposition(default_node):
+    status, headers, body = default_node.get("/metrics", {"Accept-Encoding": "gzip"})
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = gzip.decompress(body).decode()
+    assert "DCGM_FI_DEV_GPU_TEMP{" in text
+
+
+def test_endpoints(default_node):
+    status, _headers, body = default_node.get("/")
+    assert status == 200 and b'href="metrics"' in body
+    assert default_node.get("/health")[0] == 200
+    status, _, body = default_node.get("/ready")
+    assert status == 200 and body.startswith(b"ready")
+    assert default_node.get("/nope")[0] == 404
+
+
+def test_promtool_accepts_all_but_dcgm_naming(default_node):
+    promtool = require("promtool", "prometheus")
+    p = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=default_node.metrics(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    problems = [line for line in (p.stdout + p.stderr).splitlines() if line.strip()]
+    unexpected = [line for line in problems if not any(a in line for a in ALLOWED_LINT)]
+    assert unexpected == []
+    # and the exceptions are only on DCGM names or modelName
+    for line in problems:
+        assert line.startswith("DCGM_") or "camelCase" in line, line
+
+
+def test_dcgm_default_counters_file_runs(tmp_path: Path):
+    exp = Exporter(
+        "-c", "300", "-f", str(ROOT / "tests" / "fixtures" / "csv" / "dcgm-default-counters.csv")
+    )
+    try:
+        exp.wait_ready()
+        text = exp.metrics()
+        assert find(text, "DCGM_FI_DEV_DEC_UTIL")
+        assert not find(text, "DCGM_FI_DEV_VGPU_LICENSE_STATUS")
+        assert all("DCGM_FI_DRIVER_VERSION" in s.labels for s in find(text, "DCGM_FI_DEV_GPU_TEMP"))
+    finally:
+        log = exp.stop()
+    assert log.count("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == 1
+    assert "not available through NVML" in log
