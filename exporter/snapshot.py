@@ -31,10 +31,8 @@ class Snapshot:
     gpus: tuple[Device, ...] = ()  # physical GPUs that answered
     entities: tuple[Device, ...] = ()  # whole GPUs and MIG instances (instance-level series)
     down: tuple[Device, ...] = ()  # GPUs seen before that are lost or quarantined now
-    values: Mapping[str, Mapping[str, Value]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
-    xid: XidState = XidState()
+    values: Mapping[str, Mapping[str, Value]] = field(default_factory=lambda: MappingProxyType({}))
+    xid: XidState = field(default_factory=XidState)
     collectors: tuple[CollectorResult, ...] = ()
     problems: tuple[str, ...] = ()  # human-readable, shown by /ready
 

@@ -218,7 +218,17 @@ class Enumerator:
         at = [k for k, _ in base].index(self.hostname_label)
         labels = [*base[:at], ("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi)), *base[at:]]
         dev = Device(
-            key, gpu.index, gpu.uuid, gpu.model, handle, tuple(labels), gpu, gi, ci, profile, gpu.arch
+            key,
+            gpu.index,
+            gpu.uuid,
+            gpu.model,
+            handle,
+            tuple(labels),
+            gpu,
+            gi,
+            ci,
+            profile,
+            gpu.arch,
         )
         self._mig[key] = dev
         return dev

@@ -7,6 +7,7 @@ arrive; memory stays bounded by the number of distinct codes seen.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
@@ -98,10 +99,8 @@ class XidWatcher:
                     continue
                 self._record(data)
         finally:
-            try:
+            with contextlib.suppress(N.NVMLError):
                 N.nvmlEventSetFree(evset)
-            except N.NVMLError:
-                pass
 
     def _record(self, data: N.c_nvmlEventData_t) -> None:
         uuid = self._by_handle.get(ctypes.cast(data.device, ctypes.c_void_p).value)
@@ -120,4 +119,3 @@ class XidWatcher:
             counts = tuple((u, gi, x, n) for (u, gi, x), n in self._counts.items())
             last = tuple(self._last.items())
         return XidState(counts, last)
-

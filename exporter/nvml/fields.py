@@ -67,7 +67,7 @@ class Field:
         return int(v) if self.integer else float(v)
 
 
-D, I = Scope.DEVICE, Scope.INSTANCE
+D, INST = Scope.DEVICE, Scope.INSTANCE
 FIELDS: dict[str, Field] = {}
 
 
@@ -96,7 +96,7 @@ def _call(
 
 
 def _gpm(name: str, unit: str, metric: int, scale: float) -> None:
-    _add(Field(name, I, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
+    _add(Field(name, INST, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
 
 
 def _label(name: str, call: Call, pick: Callable[[Any], Any] | None = None) -> None:
@@ -111,12 +111,10 @@ _call("DCGM_FI_DEV_ENC_UTIL", "%", Call("nvmlDeviceGetEncoderUtilization"), lamb
 _call("DCGM_FI_DEV_DEC_UTIL", "%", Call("nvmlDeviceGetDecoderUtilization"), lambda r: r[0])
 
 # --- framebuffer: per whole GPU and per MIG instance; bytes -> MiB ---
-_mem = Call(
-    "nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo")
-)
+_mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo"))
 for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used")):
-    _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, lambda m, a=_attr: getattr(m, a) // MIB, scope=I)
-_call("DCGM_FI_DEV_FB_RESERVED", "MiB", _mem, lambda m: m.reserved // MIB, scope=I)
+    _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, lambda m, a=_attr: getattr(m, a) // MIB, scope=INST)
+_call("DCGM_FI_DEV_FB_RESERVED", "MiB", _mem, lambda m: m.reserved // MIB, scope=INST)
 
 # --- temperature (C) ---
 _call(
@@ -246,7 +244,7 @@ _gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PE
 # Last XID seen on the GPU (sticky, like dcgm-exporter), with err_code and err_msg labels.
 _add(Field("DCGM_FI_DEV_XID_ERRORS", D, Source.XID, "xid"))
 # XIDs by code since the exporter started, per GPU or MIG instance: alert on this one.
-_add(Field("DCGM_EXP_XID_ERRORS_TOTAL", I, Source.XID, "events"))
+_add(Field("DCGM_EXP_XID_ERRORS_TOTAL", INST, Source.XID, "events"))
 
 # --- label fields: read once when a device is enumerated ---
 _label("DCGM_FI_DRIVER_VERSION", Call("nvmlSystemGetDriverVersion", system=True))

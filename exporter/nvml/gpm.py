@@ -7,6 +7,7 @@ device, and the first values appear one interval after a device is first seen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable
 
@@ -31,10 +32,8 @@ class _State:
 
     def free(self) -> None:
         for s in (self.prev, self.spare):
-            try:
+            with contextlib.suppress(N.NVMLError):
                 N.nvmlGpmSampleFree(s)
-            except N.NVMLError:
-                pass
 
 
 class GpmReader:

@@ -9,6 +9,7 @@ is gone and NVML must be re-initialised (:class:`DriverGone`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import Counter
@@ -79,10 +80,8 @@ class Session:
         """Shut NVML down; harmless when it is already gone."""
         if self.up:
             self.up = False
-            try:
+            with contextlib.suppress(N.NVMLError):
                 N.nvmlShutdown()
-            except N.NVMLError:
-                pass
 
     def call(self, call: Call, handle: Any = None) -> Any:
         """Run one NVML call (falling back to ``call.fallback`` if the driver lacks it)."""

@@ -36,7 +36,7 @@ def test_faults_mid_run(faulty):
     # from 3 s GPU 2's power call hangs 4 s: while the worker is stuck, scrapes are
     # still answered at once from the last snapshot, and /ready says what it waits on
     def stuck():
-        status, _, body = faulty.get("/ready")
+        _, _, body = faulty.get("/ready")
         return body.decode() if "GPU 2" in body.decode() and "busy" in body.decode() else None
 
     print(wait_until(stuck, 15, "the worker to be stuck on GPU 2"))
