@@ -23,6 +23,7 @@ ALLOWED_LINT = (
     "label names should be written in 'snake_case' not 'camelCase'",
     'non-histogram and non-summary metrics should not have "_count" suffix',
     'non-counter metrics should not have "_total" suffix',
+    "metric name should not include type 'counter'",  # DCGM_FI_DEV_PCIE_REPLAY_COUNTER
 )
 
 

@@ -1,0 +1,238 @@
+"""SimDriver: the simulated node at run time (time, devices, handles, faults), and install()."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from exporter.sim.clock import ManualClock
+from exporter.sim.devices import Device, GpuState
+from exporter.sim.events import EventHub
+from exporter.sim.faults import Fault
+from exporter.sim.fleet import Fleet, coerce
+from exporter.sim.gpm import GpmSamples
+from exporter.sim.library import SimLibrary
+
+_INF = math.inf
+XID = pynvml.nvmlEventTypeXidCriticalError
+
+
+class SimDriver:
+    """A simulated NVML driver for one fleet; installed as pynvml.nvmlLib by install().
+
+    Sim time is seconds since the driver was created, read from `clock`.
+    Attributes for tests: fleet (the immutable spec), gpus (run-time GpuState
+    per index, with .migs), library (the SimLibrary), clock.
+    """
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        clock: Callable[[], float] | None = None,
+        latency: bool | None = None,
+    ) -> None:
+        self.fleet = fleet
+        self.clock = clock or time.monotonic
+        self._t0 = self.clock()
+        self._epoch0 = time.time()
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.latency = fleet.latency
+        if latency is not None:
+            self.latency = dataclasses.replace(fleet.latency, enabled=latency)
+        self.gpus = [GpuState.build(spec) for spec in fleet.gpus]
+        self.handles: dict[bytes, Device] = {}
+        for gpu in self.gpus:
+            self._register(gpu)
+        self.init_count = 0
+        self.unloaded_until = -_INF
+        self.slow_rules: dict[str, list[tuple[int | None, float, float, float]]] = {}
+        self.unsupported_functions: set[str] = set()  # node-wide not_supported faults
+        self.events = EventHub()
+        self.gpm = GpmSamples()
+        self.closed = False
+        self._pending: list[tuple[float, int, Fault]] = []
+        self._seq = itertools.count()
+        self.next_fault_at = _INF
+        for fault in fleet.faults:
+            self._schedule(fault, fault.at or 0.0)
+        self.library = SimLibrary(self)
+        if isinstance(self.clock, ManualClock):
+            self.clock.subscribe(self._on_clock)
+
+    # ---- time ---------------------------------------------------------------
+
+    def now(self) -> float:
+        """Sim time in seconds."""
+        return self.clock() - self._t0
+
+    def epoch_us(self, t: float) -> int:
+        """Sim time t as wall-clock microseconds (NVML timestamps)."""
+        return int((self._epoch0 + t) * 1e6)
+
+    def advance(self, seconds: float) -> None:
+        """Move a ManualClock forward and let due faults and events happen."""
+        if not isinstance(self.clock, ManualClock):
+            raise TypeError("advance() needs install(clock=ManualClock())")
+        self.clock.advance(seconds)
+
+    def _on_clock(self) -> None:
+        with self.lock:
+            now = self.now()
+            if now >= self.next_fault_at:
+                self.apply_due(now)
+            self.cond.notify_all()
+
+    # ---- latency --------------------------------------------------------------
+
+    def set_latency(self, enabled: bool) -> None:
+        """Turn the per-call cost model on or off."""
+        self.latency = dataclasses.replace(self.latency, enabled=enabled)
+        self.library.rebuild()
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+
+    # ---- faults -------------------------------------------------------------
+
+    def inject(self, fault: Fault) -> Fault:
+        """Schedule a fault (at=None: now); raises FleetError if it does not fit the fleet."""
+        fault = self.fleet.parse_fault(fault)
+        with self.lock:
+            now = self.now()
+            self._schedule(fault, now if fault.at is None else fault.at)
+            if now >= self.next_fault_at:
+                self.apply_due(now)
+            self.cond.notify_all()
+        return fault
+
+    def _schedule(self, fault: Fault, at: float) -> None:
+        heapq.heappush(self._pending, (at, next(self._seq), dataclasses.replace(fault, at=at)))
+        self.next_fault_at = self._pending[0][0]
+
+    def apply_due(self, now: float) -> None:
+        """Apply every fault due by `now` (call with the lock held)."""
+        while self._pending and self._pending[0][0] <= now:
+            _, _, fault = heapq.heappop(self._pending)
+            self._apply(fault)
+        self.next_fault_at = self._pending[0][0] if self._pending else _INF
+        self.cond.notify_all()
+
+    def _apply(self, f: Fault) -> None:
+        gpu = self.gpus[f.gpu] if f.gpu is not None else None
+        targets = [gpu] if gpu is not None else self.gpus
+        end = _INF if f.duration is None else f.at + f.duration
+        if f.kind == "lost":
+            gpu.lost = True
+        elif f.kind == "not_supported":
+            if gpu is None and f.function is not None:
+                self.unsupported_functions.add(f.function)
+            for g in targets:
+                if f.function is not None:
+                    g.unsupported_functions.add(f.function)
+                else:
+                    g.unsupported_fields.add(f.field)
+        elif f.kind == "slow":
+            self.slow_rules.setdefault(f.function, []).append((f.gpu, f.seconds, f.at, end))
+        elif f.kind == "driver_unloaded":
+            self.unloaded_until = max(self.unloaded_until, end)
+        elif f.kind == "xid":
+            mig = gpu.mig_by_gi(f.gi) if f.gi is not None else None
+            ci = mig.ci if mig is not None else 0
+            for _ in range(f.count):
+                self.events.publish(gpu, XID, f.xid, f.at, f.gi, ci if f.gi is not None else None)
+        elif f.kind == "mig_reconfigure":
+            gpu.reconfigure(f.mig)
+            for m in gpu.migs:
+                self._register(m)
+            self.events.publish(gpu, pynvml.nvmlEventMigConfigChange, 0, f.at)
+        elif f.kind == "ecc_dbe":
+            gpu.ecc_volatile[1] += f.count
+            gpu.ecc_aggregate[1] += f.count
+            if gpu.model.features.row_remapping:
+                gpu.remapped[1] += f.count
+                gpu.remapped[2] = 1
+            if gpu.model.features.page_retirement:
+                for _ in range(f.count):
+                    address = 0x1F0000 + 0x1000 * (len(gpu.retired_pages) + 17 * gpu.index)
+                    cause = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+                    gpu.retired_pages.append((address, self.epoch_us(f.at), cause))
+                gpu.retired_pending = 1
+            self.events.publish(gpu, pynvml.nvmlEventTypeDoubleBitEccError, 0, f.at)
+        elif f.kind == "overheat":
+            gpu.overheats.append((f.at, end, f.temp_c))
+
+    def slow_seconds(self, name: str, gpu: int | None, now: float) -> float:
+        """Blocking time a `slow` fault adds to this call now (0 when none)."""
+        delay = 0.0
+        for target, seconds, start, end in self.slow_rules.get(name, ()):
+            if (target is None or target == gpu) and start <= now < end:
+                delay = max(delay, seconds)
+        return delay
+
+    # ---- handles ------------------------------------------------------------
+
+    def _register(self, dev: Device) -> None:
+        self.handles[dev.key] = dev
+        for mig in getattr(dev, "migs", ()):
+            self.handles[mig.key] = mig
+
+    def close(self) -> None:
+        """Stop: wake event waiters and detach from the clock."""
+        with self.lock:
+            self.closed = True
+            self.init_count = 0
+            self.cond.notify_all()
+        if isinstance(self.clock, ManualClock):
+            self.clock.unsubscribe(self._on_clock)
+
+
+_current: SimDriver | None = None
+
+
+def install(
+    fleet: Fleet | str | Path | Mapping[str, Any] | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+    latency: bool | None = None,
+) -> SimDriver:
+    """Make pynvml talk to a simulated driver; returns it. Replaces any earlier install.
+
+    fleet: a Fleet, a fleet file path, a mapping shaped like one, or None for
+    fleets/default.yaml. clock: zero-argument seconds (default time.monotonic);
+    sim time 0 is now. latency: override the fleet's latency.enabled.
+    """
+    global _current
+    driver = SimDriver(coerce(fleet), clock=clock, latency=latency)
+    uninstall()
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = driver.library
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+    _current = driver
+    return driver
+
+
+def uninstall() -> None:
+    """Detach the simulation: pynvml loads the real library again on the next nvmlInit."""
+    global _current
+    with pynvml.libLoadLock:
+        if isinstance(pynvml.nvmlLib, SimLibrary):
+            pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlLib_refcount = 0
+    if _current is not None:
+        _current.close()
+        _current = None
+
+
+def current() -> SimDriver | None:
+    """The installed driver, if any."""
+    return _current

@@ -1,0 +1,159 @@
+"""NVML event sets: XID (and ECC, MIG-change) events delivered through nvmlEventSetWait_v2.
+
+An event reaches a set when the set registered the event's GPU for its type
+before the event happened. nvmlEventSetWait_v2 blocks on the driver's
+condition variable (the driver lock is released while waiting) and wakes when
+an event is published, when sim time moves (ManualClock) or when a scheduled
+fault falls due.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pynvml
+
+from exporter.sim import calls
+from exporter.sim.calls import out, value
+from exporter.sim.clock import ManualClock
+from exporter.sim.devices import NA, GpuState, new_handle
+
+if TYPE_CHECKING:
+    from exporter.sim.driver import SimDriver
+
+MAX_QUEUED = 1024  # per set; the oldest events are dropped beyond this
+_DEVICE_OFFSET = pynvml.c_nvmlEventData_t.device.offset
+
+
+@dataclass(frozen=True)
+class Event:
+    gpu: GpuState
+    type: int
+    data: int
+    at: float
+    gi: int
+    ci: int
+
+
+@dataclass(eq=False)
+class EventSet:
+    key: bytes
+    buf: Any
+    registered: dict[int, tuple[int, float]] = field(default_factory=dict)  # gpu -> mask, since
+    queue: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_QUEUED))
+    freed: bool = False
+
+
+class EventHub:
+    """All event sets of a driver (use with the driver lock held)."""
+
+    def __init__(self) -> None:
+        self.sets: dict[bytes, EventSet] = {}
+
+    def create(self) -> EventSet:
+        buf, key = new_handle()
+        es = EventSet(key, buf)
+        self.sets[key] = es
+        return es
+
+    def publish(
+        self,
+        gpu: GpuState,
+        type_: int,
+        data: int,
+        at: float,
+        gi: int | None = None,
+        ci: int | None = None,
+    ) -> None:
+        event = Event(gpu, type_, data, at, NA if gi is None else gi, NA if ci is None else ci)
+        for es in self.sets.values():
+            mask, since = es.registered.get(gpu.index, (0, math.inf))
+            if mask & type_ and at >= since:
+                es.queue.append(event)
+
+
+@calls.system("nvmlEventSetCreate")
+def event_set_create(drv: SimDriver, now: float, set_ref: Any) -> int:
+    es = drv.events.create()
+    ctypes.memmove(ctypes.addressof(out(set_ref)), es.key, len(es.key))
+    return pynvml.NVML_SUCCESS
+
+
+@calls.system("nvmlEventSetFree")
+def event_set_free(drv: SimDriver, now: float, set_handle: Any) -> int:
+    es = drv.events.sets.pop(_key(set_handle), None)
+    if es is None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    es.freed = True
+    drv.cond.notify_all()
+    return pynvml.NVML_SUCCESS
+
+
+@calls.device("nvmlDeviceGetSupportedEventTypes")
+def supported_event_types(drv: SimDriver, gpu: GpuState, now: float, types_ref: Any) -> int:
+    out(types_ref).value = gpu.supported_events()
+    return pynvml.NVML_SUCCESS
+
+
+@calls.device("nvmlDeviceRegisterEvents")
+def register_events(drv: SimDriver, gpu: GpuState, now: float, types: Any, set_handle: Any) -> int:
+    mask = value(types)
+    if mask & ~gpu.supported_events():
+        return pynvml.NVML_ERROR_NOT_SUPPORTED
+    es = drv.events.sets.get(_key(set_handle))
+    if es is None:
+        return pynvml.NVML_ERROR_INVALID_ARGUMENT
+    old_mask, since = es.registered.get(gpu.index, (0, now))
+    es.registered[gpu.index] = (old_mask | mask, since)
+    return pynvml.NVML_SUCCESS
+
+
+@calls.raw("nvmlEventSetWait_v2")
+def event_set_wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
+    deadline = time.monotonic() + value(timeout_ms) / 1000.0
+    manual = isinstance(drv.clock, ManualClock)
+    key = _key(set_handle)
+    with drv.cond:
+        while True:
+            now = drv.now()
+            if now >= drv.next_fault_at:
+                drv.apply_due(now)
+            if now < drv.unloaded_until:
+                return pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+            if not drv.init_count:
+                return pynvml.NVML_ERROR_UNINITIALIZED
+            es = drv.events.sets.get(key)
+            if es is None or es.freed:
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            if es.queue:
+                _fill(out(data_ref), es.queue.popleft())
+                return pynvml.NVML_SUCCESS
+            if any(drv.gpus[i].lost for i in es.registered):
+                return pynvml.NVML_ERROR_GPU_IS_LOST
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return pynvml.NVML_ERROR_TIMEOUT
+            if not manual and drv.next_fault_at < math.inf:
+                # Wake when the next scheduled fault falls due (sim s ~ real s here).
+                remaining = min(remaining, max(drv.next_fault_at - now, 0.001), 0.05)
+            drv.cond.wait(remaining)
+
+
+def _fill(data: Any, event: Event) -> None:
+    ctypes.memmove(ctypes.addressof(data) + _DEVICE_OFFSET, event.gpu.key, len(event.gpu.key))
+    data.eventType = event.type
+    data.eventData = event.data
+    data.gpuInstanceId = event.gi
+    data.computeInstanceId = event.ci
+
+
+def _key(handle: Any) -> bytes:
+    try:
+        return bytes(handle)
+    except TypeError:
+        return b""

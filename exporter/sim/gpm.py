@@ -1,0 +1,205 @@
+"""GPM (GPU performance monitoring, Hopper and newer): samples and the metrics between two.
+
+A sample records sim time and the device's cumulative activity; a metric is
+the difference of two samples over their time difference, as in NVML. Each
+MIG instance has its own activity (from its processes / load).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pynvml
+
+from exporter.sim import calls
+from exporter.sim.calls import out, value
+from exporter.sim.devices import Device, GpuState, MiB, new_handle
+
+if TYPE_CHECKING:
+    from exporter.sim.driver import SimDriver
+
+OK = pynvml.NVML_SUCCESS
+INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+
+# Share of the engine-busy time each pipe metric shows (plausible training mix).
+_RATIOS = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 1.0,
+    pynvml.NVML_GPM_METRIC_SM_UTIL: 0.92,
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.45,
+    pynvml.NVML_GPM_METRIC_INTEGER_UTIL: 0.08,
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.55,
+    pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL: 0.02,
+    pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL: 0.5,
+    pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL: 0.01,
+    pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL: 0.02,
+    pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.04,
+    pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.3,
+    pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.25,
+}
+_INFO = {
+    pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: (b"GR_UTIL", b"Graphics engine active", b"%"),
+    pynvml.NVML_GPM_METRIC_SM_UTIL: (b"SM_UTIL", b"SM active", b"%"),
+    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: (b"SM_OCCUP", b"SM occupancy", b"%"),
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: (b"DRAM_BW", b"DRAM bandwidth used", b"%"),
+    pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: (b"PCIE_TX", b"PCIe transmit", b"MiB/sec"),
+    pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: (b"PCIE_RX", b"PCIe receive", b"MiB/sec"),
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: (b"NVL_RX", b"NVLink receive", b"MiB/sec"),
+    pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: (b"NVL_TX", b"NVLink transmit", b"MiB/sec"),
+}
+_PERCENT_INFO = (b"PIPE_UTIL", b"Pipe active", b"%")
+_LINK_INFO = (b"NVL_LINK", b"NVLink bandwidth of one link", b"MiB/sec")
+_FIRST_LINK_METRIC = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC  # L<n> RX = 62 + 2n, TX = 63 + 2n
+_LINK_METRICS = 18
+
+
+@dataclass(eq=False)
+class Sample:
+    """One GPM sample buffer: sim time and cumulative activity of one device."""
+
+    key: bytes
+    buf: Any
+    device: Device | None = None
+    t: float = 0.0
+    util_s: float = 0.0  # integral of utilization, percent * s
+    mem_ratio: float = 0.0
+    pcie: tuple[float, float] = (0.0, 0.0)  # tx, rx bytes
+    nvlink: tuple[float, float] = (0.0, 0.0)  # tx, rx bytes, all links
+    links: int = 0
+
+
+class GpmSamples:
+    """The allocated samples of a driver, by handle."""
+
+    def __init__(self) -> None:
+        self.samples: dict[bytes, Sample] = {}
+
+
+def _record(s: Sample, dev: Device, t: float) -> None:
+    gpu = dev.gpu
+    traffic = gpu.model.traffic
+    share = dev.traffic_share()
+    util_s = dev.activity.util.integral(t)
+    busy = util_s / 100.0 * MiB * share
+    s.device, s.t, s.util_s, s.mem_ratio = dev, t, util_s, dev.activity.mem_ratio
+    s.pcie = (traffic["pcie_tx"] * busy, traffic["pcie_rx"] * busy)
+    s.nvlink = (traffic["nvlink_tx"] * busy, traffic["nvlink_rx"] * busy)
+    s.links = gpu.model.nvlinks
+
+
+@calls.system("nvmlGpmSampleAlloc")
+def sample_alloc(drv: SimDriver, now: float, sample_ref: Any) -> int:
+    buf, key = new_handle()
+    drv.gpm.samples[key] = Sample(key, buf)
+    ctypes.memmove(ctypes.addressof(out(sample_ref)), key, len(key))
+    return OK
+
+
+@calls.system("nvmlGpmSampleFree")
+def sample_free(drv: SimDriver, now: float, sample: Any) -> int:
+    return OK if drv.gpm.samples.pop(_key(sample), None) is not None else INVALID_ARGUMENT
+
+
+@calls.device("nvmlGpmQueryDeviceSupport", mig=True)
+def query_support(drv: SimDriver, dev: Device, now: float, support_ref: Any) -> int:
+    support = out(support_ref)
+    if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+        return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    support.isSupportedDevice = int(dev.gpu.model.features.gpm)
+    return OK
+
+
+@calls.device("nvmlGpmSampleGet", mig=True)
+def sample_get(drv: SimDriver, dev: Device, now: float, sample: Any) -> int:
+    if not dev.gpu.model.features.gpm:
+        return NOT_SUPPORTED
+    s = drv.gpm.samples.get(_key(sample))
+    if s is None:
+        return INVALID_ARGUMENT
+    _record(s, dev, now)
+    return OK
+
+
+@calls.device("nvmlGpmMigSampleGet")
+def mig_sample_get(drv: SimDriver, gpu: GpuState, now: float, gi: Any, sample: Any) -> int:
+    if not gpu.model.features.gpm:
+        return NOT_SUPPORTED
+    if not gpu.mig_enabled:
+        return INVALID_ARGUMENT
+    mig = gpu.mig_by_gi(value(gi))
+    if mig is None:
+        return pynvml.NVML_ERROR_NOT_FOUND
+    s = drv.gpm.samples.get(_key(sample))
+    if s is None:
+        return INVALID_ARGUMENT
+    _record(s, mig, now)
+    return OK
+
+
+@calls.system("nvmlGpmMetricsGet")
+def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
+    mg = out(metrics_ref)
+    if mg.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+        return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    if mg.numMetrics > len(mg.metrics):
+        return INVALID_ARGUMENT
+    s1 = drv.gpm.samples.get(_key(mg.sample1))
+    s2 = drv.gpm.samples.get(_key(mg.sample2))
+    if s1 is None or s2 is None or s1.device is None or s1.device is not s2.device:
+        return INVALID_ARGUMENT
+    dt = s2.t - s1.t
+    if dt <= 0:
+        # Two samples of the same instant (or in the wrong order) give no rates.
+        return INVALID_ARGUMENT
+    util = min(100.0, max(0.0, (s2.util_s - s1.util_s) / dt))
+    for i in range(mg.numMetrics):
+        m = mg.metrics[i]
+        compute = _metric(m.metricId, s1)
+        if compute is None:
+            m.nvmlReturn = NOT_SUPPORTED
+            m.value = 0.0
+            continue
+        value_, info = compute(s1, s2, dt, util)
+        m.value = value_
+        m.nvmlReturn = OK
+        m.metricInfo.shortName, m.metricInfo.longName, m.metricInfo.unit = info
+    return OK
+
+
+Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, bytes, bytes]]]
+
+
+def _metric(metric_id: int, s: Sample) -> Metric | None:
+    ratio = _RATIOS.get(metric_id)
+    if ratio is not None:
+        info = _INFO.get(metric_id, _PERCENT_INFO)
+        return lambda a, b, dt, util: (util * ratio, info)
+    if metric_id == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
+        return lambda a, b, dt, util: (min(100.0, util * a.mem_ratio), _INFO[metric_id])
+    rate = {
+        pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC: lambda x: x.pcie[0],
+        pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC: lambda x: x.pcie[1],
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: lambda x: x.nvlink[0],
+        pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: lambda x: x.nvlink[1],
+    }.get(metric_id)
+    if rate is not None:
+        if metric_id >= pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC and not s.links:
+            return None
+        return lambda a, b, dt, util: ((rate(b) - rate(a)) / dt / MiB, _INFO[metric_id])
+    link, tx = divmod(metric_id - _FIRST_LINK_METRIC, 2)
+    if metric_id >= _FIRST_LINK_METRIC and link < min(_LINK_METRICS, s.links):
+        return lambda a, b, dt, util: (
+            (b.nvlink[tx] - a.nvlink[tx]) / dt / MiB / s.links,
+            _LINK_INFO,
+        )
+    return None
+
+
+def _key(handle: Any) -> bytes:
+    try:
+        return bytes(handle)
+    except TypeError:
+        return b""

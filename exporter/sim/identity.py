@@ -1,0 +1,229 @@
+"""Identity and MIG topology: counts, handles, names, UUIDs, PCI info, MIG devices."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any
+
+import pynvml
+
+from exporter.sim import calls
+from exporter.sim.calls import out, value
+from exporter.sim.devices import Device, GpuState, MigState
+from exporter.sim.session import put_string
+
+if TYPE_CHECKING:
+    from exporter.sim.driver import SimDriver
+
+OK = pynvml.NVML_SUCCESS
+INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+NOT_FOUND = pynvml.NVML_ERROR_NOT_FOUND
+
+
+def put_handle(ref: Any, dev: Device) -> int:
+    """Write dev's handle (a pointer value) into the caller's c_nvmlDevice_t."""
+    ctypes.memmove(ctypes.addressof(out(ref)), dev.key, len(dev.key))
+    return OK
+
+
+@calls.system("nvmlDeviceGetCount_v2")
+def device_count(drv: SimDriver, now: float, count_ref: Any) -> int:
+    out(count_ref).value = len(drv.gpus)
+    return OK
+
+
+@calls.system("nvmlDeviceGetHandleByIndex_v2")
+def handle_by_index(drv: SimDriver, now: float, index: Any, device_ref: Any) -> int:
+    i = value(index)
+    if not 0 <= i < len(drv.gpus):
+        return INVALID_ARGUMENT
+    gpu = drv.gpus[i]
+    if gpu.lost:
+        return pynvml.NVML_ERROR_GPU_IS_LOST
+    return put_handle(device_ref, gpu)
+
+
+@calls.system("nvmlDeviceGetHandleByUUID")
+def handle_by_uuid(drv: SimDriver, now: float, uuid: Any, device_ref: Any) -> int:
+    raw = value(uuid)
+    if not raw:
+        return INVALID_ARGUMENT
+    wanted = raw.decode() if isinstance(raw, bytes) else str(raw)
+    for gpu in drv.gpus:
+        for dev in (gpu, *gpu.migs):
+            if dev.uuid == wanted:
+                return pynvml.NVML_ERROR_GPU_IS_LOST if gpu.lost else put_handle(device_ref, dev)
+    return NOT_FOUND
+
+
+@calls.system("nvmlDeviceGetHandleByPciBusId_v2")
+def handle_by_bus_id(drv: SimDriver, now: float, bus_id: Any, device_ref: Any) -> int:
+    raw = value(bus_id)
+    if not raw:
+        return INVALID_ARGUMENT
+    wanted = _normal_bus_id(raw.decode() if isinstance(raw, bytes) else str(raw))
+    for gpu in drv.gpus:
+        if _normal_bus_id(gpu.spec.pci_bus_id) == wanted:
+            return pynvml.NVML_ERROR_GPU_IS_LOST if gpu.lost else put_handle(device_ref, gpu)
+    return NOT_FOUND
+
+
+def _normal_bus_id(bus_id: str) -> str:
+    """'0000:18:00.0' or '00000000:18:00.0' -> '00000000:18:00.0'."""
+    parts = bus_id.strip().upper().split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    try:
+        domain, bus, devfn = parts
+        return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{devfn}"
+    except ValueError:
+        return bus_id
+
+
+@calls.device("nvmlDeviceGetIndex")
+def device_index(drv: SimDriver, gpu: GpuState, now: float, index_ref: Any) -> int:
+    out(index_ref).value = gpu.index
+    return OK
+
+
+@calls.device("nvmlDeviceGetMinorNumber")
+def minor_number(drv: SimDriver, gpu: GpuState, now: float, minor_ref: Any) -> int:
+    out(minor_ref).value = gpu.index
+    return OK
+
+
+@calls.device("nvmlDeviceGetUUID", mig=True)
+def device_uuid(drv: SimDriver, dev: Device, now: float, buf: Any, size: Any) -> int:
+    return put_string(buf, size, dev.uuid)
+
+
+@calls.device("nvmlDeviceGetName", mig=True)
+def device_name(drv: SimDriver, dev: Device, now: float, buf: Any, size: Any) -> int:
+    return put_string(buf, size, dev.name)
+
+
+@calls.device("nvmlDeviceGetSerial")
+def serial(drv: SimDriver, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
+    return put_string(buf, size, gpu.spec.serial)
+
+
+@calls.device("nvmlDeviceGetVbiosVersion")
+def vbios_version(drv: SimDriver, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
+    return put_string(buf, size, gpu.model.vbios_version)
+
+
+@calls.device("nvmlDeviceGetInforomImageVersion")
+def inforom_image_version(drv: SimDriver, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
+    return put_string(buf, size, gpu.model.inforom_image_version)
+
+
+@calls.device("nvmlDeviceGetPciInfo_v3")
+def pci_info(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
+    info = out(info_ref)
+    bus_id = gpu.spec.pci_bus_id
+    domain, bus, rest = bus_id.split(":")
+    info.busId = bus_id.encode()
+    info.busIdLegacy = f"{domain[-4:]}:{bus}:{rest}".encode()
+    info.domain = int(domain, 16)
+    info.bus = int(bus, 16)
+    info.device = int(rest.split(".")[0], 16)
+    info.pciDeviceId = gpu.model.pci_device_id
+    info.pciSubSystemId = gpu.model.pci_subsystem_id
+    return OK
+
+
+@calls.device("nvmlDeviceGetBrand", mig=True)
+def brand(drv: SimDriver, dev: Device, now: float, brand_ref: Any) -> int:
+    out(brand_ref).value = dev.gpu.model.brand
+    return OK
+
+
+@calls.device("nvmlDeviceGetArchitecture", mig=True)
+def architecture(drv: SimDriver, dev: Device, now: float, arch_ref: Any) -> int:
+    out(arch_ref).value = dev.gpu.model.architecture
+    return OK
+
+
+@calls.device("nvmlDeviceGetCudaComputeCapability", mig=True)
+def compute_capability(drv: SimDriver, dev: Device, now: float, major: Any, minor: Any) -> int:
+    out(major).value, out(minor).value = dev.gpu.model.compute_capability
+    return OK
+
+
+# ---- MIG ------------------------------------------------------------------------
+
+
+@calls.device("nvmlDeviceGetMigMode")
+def mig_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: Any) -> int:
+    if not gpu.model.mig_capable:
+        return NOT_SUPPORTED
+    out(current).value = out(pending).value = int(gpu.mig_enabled)
+    return OK
+
+
+@calls.device("nvmlDeviceGetMaxMigDeviceCount")
+def max_mig_devices(drv: SimDriver, gpu: GpuState, now: float, count_ref: Any) -> int:
+    out(count_ref).value = gpu.model.mig_max_devices if gpu.mig_enabled else 0
+    return OK
+
+
+@calls.device("nvmlDeviceGetMigDeviceHandleByIndex")
+def mig_handle_by_index(
+    drv: SimDriver, gpu: GpuState, now: float, index: Any, device_ref: Any
+) -> int:
+    if not gpu.model.mig_capable:
+        return NOT_SUPPORTED
+    i = value(index)
+    if not gpu.mig_enabled or i >= gpu.model.mig_max_devices:
+        return INVALID_ARGUMENT
+    for mig in gpu.migs:
+        if mig.index == i:
+            return put_handle(device_ref, mig)
+    return NOT_FOUND
+
+
+@calls.device("nvmlDeviceIsMigDeviceHandle", mig=True)
+def is_mig_handle(drv: SimDriver, dev: Device, now: float, flag_ref: Any) -> int:
+    out(flag_ref).value = int(dev.is_mig)
+    return OK
+
+
+@calls.device("nvmlDeviceGetGpuInstanceId", mig=True)
+def gpu_instance_id(drv: SimDriver, dev: Device, now: float, id_ref: Any) -> int:
+    if not isinstance(dev, MigState):
+        return NOT_SUPPORTED
+    out(id_ref).value = dev.gi
+    return OK
+
+
+@calls.device("nvmlDeviceGetComputeInstanceId", mig=True)
+def compute_instance_id(drv: SimDriver, dev: Device, now: float, id_ref: Any) -> int:
+    if not isinstance(dev, MigState):
+        return NOT_SUPPORTED
+    out(id_ref).value = dev.ci
+    return OK
+
+
+@calls.device("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig=True)
+def parent_handle(drv: SimDriver, dev: Device, now: float, device_ref: Any) -> int:
+    if not isinstance(dev, MigState):
+        return INVALID_ARGUMENT
+    return put_handle(device_ref, dev.gpu)
+
+
+@calls.device("nvmlDeviceGetAttributes_v2", mig=True)
+def attributes(drv: SimDriver, dev: Device, now: float, attrs_ref: Any) -> int:
+    if not isinstance(dev, MigState):
+        return NOT_SUPPORTED
+    a, p = out(attrs_ref), dev.spec.profile
+    a.multiprocessorCount = p.sm
+    a.sharedCopyEngineCount = p.ce
+    a.sharedDecoderCount = p.dec
+    a.sharedEncoderCount = p.enc
+    a.sharedJpegCount = p.jpeg
+    a.sharedOfaCount = p.ofa
+    a.gpuInstanceSliceCount = p.slices
+    a.computeInstanceSliceCount = p.slices
+    a.memorySizeMB = p.memory_mib
+    return OK

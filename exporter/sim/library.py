@@ -1,0 +1,143 @@
+"""SimLibrary: what pynvml.nvmlLib points at while the simulation is installed.
+
+pynvml looks each C function up by name on nvmlLib; here every implemented
+NVML function is an attribute (a plain function, so pynvml may set .restype
+on it) wrapping the implementation with the checks a real driver makes:
+driver loaded, library initialized, handle valid, GPU not lost, function
+supported, plus the latency model and `slow` faults. A function the simulated
+driver lacks is simply not an attribute, so pynvml raises FunctionNotFound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pynvml
+
+from exporter.sim.calls import Call, load_all, value
+from exporter.sim.latency import spin
+
+if TYPE_CHECKING:
+    from exporter.sim.driver import SimDriver
+
+SUCCESS = pynvml.NVML_SUCCESS
+UNINITIALIZED = pynvml.NVML_ERROR_UNINITIALIZED
+INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+DRIVER_NOT_LOADED = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
+
+
+class SimLibrary:
+    """The simulated libnvidia-ml: one attribute per implemented NVML C function."""
+
+    def __init__(self, driver: SimDriver) -> None:
+        self._driver = driver
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """(Re)create the function attributes, e.g. after the latency model changed."""
+        driver = self._driver
+        for name, call in load_all().items():
+            if name in driver.fleet.missing_functions:
+                self.__dict__.pop(name, None)
+                continue
+            setattr(self, name, _wrap(driver, call))
+
+    def __repr__(self) -> str:
+        return f"<SimLibrary {self._driver.fleet.source}>"
+
+
+def _wrap(driver: SimDriver, call: Call) -> Callable[..., Any]:
+    cost = driver.latency.cost_s(call.name)
+    if call.kind == "device":
+        fn = _device_call(driver, call, cost)
+    elif call.kind == "system":
+        fn = _system_call(driver, call, cost)
+    else:
+        fn = _raw_call(driver, call, cost)
+    fn.__name__ = fn.__qualname__ = call.name
+    return fn
+
+
+def _raw_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., Any]:
+    impl = call.impl
+
+    def fn(*args: Any) -> Any:
+        if cost:
+            spin(cost)
+        return impl(driver, *args)
+
+    return fn
+
+
+def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:
+    impl, name, lock = call.impl, call.name, driver.lock
+
+    def fn(*args: Any) -> int:
+        if cost:
+            spin(cost)
+        with lock:
+            now = driver.now()
+            if now >= driver.next_fault_at:
+                driver.apply_due(now)
+            if now < driver.unloaded_until:
+                return DRIVER_NOT_LOADED
+            if not driver.init_count:
+                return UNINITIALIZED
+            if name in driver.unsupported_functions:
+                return NOT_SUPPORTED
+            delay = driver.slow_seconds(name, None, now) if name in driver.slow_rules else 0.0
+            if not delay:
+                return impl(driver, now, *args)
+        time.sleep(delay)
+        with lock:
+            return impl(driver, driver.now(), *args)
+
+    return fn
+
+
+def _device_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:
+    impl, name, lock, allow_mig = call.impl, call.name, driver.lock, call.mig
+    handles = driver.handles
+    per_field = driver.latency.per_field_us / 1e6 if name == "nvmlDeviceGetFieldValues" else 0.0
+    if not driver.latency.enabled:
+        per_field = 0.0
+
+    def fn(handle: Any, *args: Any) -> int:
+        if cost or per_field:
+            spin(cost + per_field * value(args[0]) if per_field else cost)
+        with lock:
+            now = driver.now()
+            if now >= driver.next_fault_at:
+                driver.apply_due(now)
+            if now < driver.unloaded_until:
+                return DRIVER_NOT_LOADED
+            if not driver.init_count:
+                return UNINITIALIZED
+            try:
+                dev = handles.get(bytes(handle))
+            except TypeError:
+                dev = None
+            if dev is None or dev.stale:
+                return INVALID_ARGUMENT
+            gpu = dev.gpu
+            if gpu.lost:
+                return GPU_IS_LOST
+            if name in gpu.unsupported_functions or (dev.is_mig and not allow_mig):
+                return NOT_SUPPORTED
+            delay = driver.slow_seconds(name, gpu.index, now) if name in driver.slow_rules else 0.0
+            if not delay:
+                return impl(driver, dev, now, *args)
+        # A slow call blocks without holding the driver lock.
+        time.sleep(delay)
+        with lock:
+            if gpu.lost:
+                return GPU_IS_LOST
+            if dev.stale:
+                return INVALID_ARGUMENT
+            return impl(driver, dev, driver.now(), *args)
+
+    return fn
