@@ -1,0 +1,53 @@
+"""Generate the Grafana dashboards in dashboards/*.json from the modules beside this file.
+
+python dashboards/generate.py            # rewrite the JSON files
+python dashboards/generate.py --check    # exit 1 if a JSON file is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import fleet
+import health
+import workloads
+
+DASHBOARDS_DIR = Path(__file__).resolve().parent
+BUILDERS = {
+    "gpu-fleet.json": fleet.build,
+    "gpu-workloads.json": workloads.build,
+    "gpu-health.json": health.build,
+}
+
+
+def render(build: Any) -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a file is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, build in BUILDERS.items():
+        path = DASHBOARDS_DIR / name
+        text = render(build)
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                stale.append(name)
+        else:
+            path.write_text(text, encoding="utf-8")
+    for name in stale:
+        print(
+            f"dashboards/{name} is out of date: run `python dashboards/generate.py`",
+            file=sys.stderr,
+        )
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Fixtures for the alert, recording-rule and Alertmanager tests: paths and tools."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ALERTS = REPO / "alerts"
+
+
+def _tool(names: tuple[str, ...], package: str) -> str:
+    for name in names:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip(f"{names[0]} not found on PATH: install the Debian package `{package}`")
+
+
+@pytest.fixture(scope="session")
+def alerts_dir() -> Path:
+    return ALERTS
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    return _tool(("promtool",), "prometheus")
+
+
+@pytest.fixture(scope="session")
+def amtool() -> str:
+    return _tool(("amtool",), "prometheus-alertmanager")
+
+
+@pytest.fixture(scope="session")
+def alertmanager_bin() -> str:
+    return _tool(("prometheus-alertmanager", "alertmanager"), "prometheus-alertmanager")
+
+
+def _load(path: Path) -> Any:
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture(scope="session")
+def alert_rules() -> list[dict[str, Any]]:
+    """Every alerting rule of alerts/gpu-alerts.rules.yaml."""
+    groups = _load(ALERTS / "gpu-alerts.rules.yaml")["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+@pytest.fixture(scope="session")
+def recording_rules() -> list[dict[str, Any]]:
+    """Every recording rule of alerts/gpu-recording.rules.yaml."""
+    groups = _load(ALERTS / "gpu-recording.rules.yaml")["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+@pytest.fixture(scope="session")
+def unit_test_files() -> list[Path]:
+    return sorted((ALERTS / "tests").glob("*.test.yaml"))

@@ -1,0 +1,225 @@
+"""Static checks of dashboards/*.json in the spirit of Grafana's dashboard linter.
+
+One templated Prometheus data source used everywhere, an `__inputs` entry for UI import
+that provisioning can ignore, current panel types, a unit and a description on every
+panel, $__rate_interval in rate(), counters only through rate/increase, unique ids, no
+overlapping panels, and only metrics the exporter serves or the recording rules record.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARDS = REPO / "dashboards"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gpu-node.prom"
+FILES = sorted(DASHBOARDS.glob("*.json"))
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+SCHEMA_VERSION = 41
+PANEL_TYPES = {"timeseries", "stat", "table", "state-timeline", "bargauge", "gauge", "row"}
+# Grafana unit ids used here (from Grafana's value format categories).
+UNITS = {
+    "none", "short", "percent", "percentunit", "bytes", "Bps", "watt", "kwatth", "celsius",
+    "hertz", "s", "cps", "cpm", "bool_yes_no",
+}  # fmt: skip
+VARIABLES = {
+    "gpu-fleet.json": {"cluster", "node", "gpu"},
+    "gpu-health.json": {"cluster", "node", "gpu"},
+    "gpu-workloads.json": {"cluster", "node", "namespace", "pod"},
+}
+GRAFANA_VARIABLES = {"__rate_interval", "__range", "__range_s", "datasource"}
+# Counters whose names do not end in _total; the remapped-row counts are shown as totals
+# on purpose (rows remapped over the GPU's life), so they are not listed.
+COUNTERS = re.compile(
+    r"\b(\w+_total|\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION|DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+    r"|DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION|DCGM_FI_DEV_PCIE_[TR]X_THROUGHPUT)\b"
+)
+METRIC = re.compile(r"\b(DCGM_\w+|gpu_exporter_\w+|\w+:\w+:\w+|ALERTS)\b")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    panels = []
+    for panel in dashboard["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))
+    return panels
+
+
+def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """(panel title, expression) of every panel target."""
+    return [
+        (panel["title"], query["expr"])
+        for panel in _panels(dashboard)
+        for query in panel.get("targets", [])
+    ]
+
+
+def _known_metrics() -> set[str]:
+    served = set(re.findall(r"^# TYPE (\S+)", FIXTURE.read_text(encoding="utf-8"), re.M))
+    rules = yaml.safe_load((REPO / "alerts/gpu-recording.rules.yaml").read_text())["groups"]
+    recorded = {rule["record"] for group in rules for rule in group["rules"]}
+    return served | recorded | {"ALERTS"}
+
+
+@pytest.fixture(params=FILES, ids=[path.name for path in FILES])
+def dashboard(request: pytest.FixtureRequest) -> dict[str, Any]:
+    data = _load(request.param)
+    data["_file"] = request.param.name
+    return data
+
+
+def test_the_three_dashboards_exist() -> None:
+    assert [path.name for path in FILES] == sorted(VARIABLES)
+
+
+def test_dashboards_are_generated_and_current() -> None:
+    result = subprocess.run(
+        [sys.executable, str(DASHBOARDS / "generate.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_uids_and_titles_are_unique() -> None:
+    dashboards = [_load(path) for path in FILES]
+    assert len({d["uid"] for d in dashboards}) == len(dashboards)
+    assert len({d["title"] for d in dashboards}) == len(dashboards)
+
+
+def test_schema_version_and_id(dashboard: dict[str, Any]) -> None:
+    assert dashboard["schemaVersion"] == SCHEMA_VERSION
+    assert dashboard["id"] is None, "exported dashboards carry no database id"
+    assert dashboard["description"]
+    assert "gpu-exporter" in dashboard["tags"]
+
+
+def test_one_templated_prometheus_data_source(dashboard: dict[str, Any]) -> None:
+    variables = dashboard["templating"]["list"]
+    sources = [v for v in variables if v["type"] == "datasource"]
+    assert len(sources) == 1
+    assert sources[0]["name"] == "datasource" and sources[0]["query"] == "prometheus"
+    for variable in variables:
+        if variable["type"] == "query":
+            assert variable["datasource"] == DATASOURCE, variable["name"]
+    for panel in _panels(dashboard):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        for query in panel["targets"]:
+            assert query["datasource"] == DATASOURCE, panel["title"]
+
+
+def test_inputs_serve_ui_import_without_breaking_provisioning(
+    dashboard: dict[str, Any],
+) -> None:
+    """The import input only seeds the data source variable's default.
+
+    On UI import Grafana replaces ${DS_PROMETHEUS} with the chosen data source; a
+    provisioned file keeps the literal text, which must therefore appear nowhere but in
+    the variable's current value, which Grafana replaces by the first Prometheus data source.
+    """
+    inputs = dashboard["__inputs"]
+    assert [(i["name"], i["type"], i["pluginId"]) for i in inputs] == [
+        ("DS_PROMETHEUS", "datasource", "prometheus")
+    ]
+    text = json.dumps({k: v for k, v in dashboard.items() if k != "templating"})
+    assert "${DS_" not in text
+    source = next(v for v in dashboard["templating"]["list"] if v["type"] == "datasource")
+    assert source["current"]["value"] == "${DS_PROMETHEUS}"
+
+
+def test_variables(dashboard: dict[str, Any]) -> None:
+    variables = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "query"}
+    assert set(variables) == VARIABLES[dashboard["_file"]]
+    for name, variable in variables.items():
+        assert variable["refresh"] == 2, f"{name}: refresh on time range change"
+        assert re.fullmatch(r"label_values\(.+, \w+\)", variable["query"]), name
+        assert variable["includeAll"] and variable["allValue"] == ".*", name
+    queries = " ".join(expr for _, expr in _queries(dashboard))
+    for name in variables:
+        assert f"${name}" in queries, f"variable {name} is unused"
+    used = queries + " ".join(v["query"] for v in variables.values())
+    for name in set(re.findall(r"\$(\w+)", used)):
+        assert name in variables or name in GRAFANA_VARIABLES, f"undefined variable ${name}"
+
+
+def test_panel_types_titles_descriptions_and_units(dashboard: dict[str, Any]) -> None:
+    for panel in _panels(dashboard):
+        assert panel["type"] in PANEL_TYPES, panel["type"]
+        assert panel["title"].strip()
+        if panel["type"] == "row":
+            continue
+        assert panel.get("description", "").strip(), f"{panel['title']}: no description"
+        assert panel["targets"], f"{panel['title']}: no query"
+        assert panel["fieldConfig"]["defaults"].get("unit") in UNITS, panel["title"]
+        for override in panel["fieldConfig"]["overrides"]:
+            for prop in override["properties"]:
+                if prop["id"] == "unit":
+                    assert prop["value"] in UNITS, panel["title"]
+        if panel["type"] == "table":
+            for query in panel["targets"]:
+                assert query["instant"] and query["format"] == "table", panel["title"]
+
+
+def test_ids_are_unique_and_panels_do_not_overlap(dashboard: dict[str, Any]) -> None:
+    panels = _panels(dashboard)
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids))
+    refs = [[q["refId"] for q in p.get("targets", [])] for p in panels]
+    assert all(len(r) == len(set(r)) for r in refs)
+    cells: dict[tuple[int, int], str] = {}
+    for panel in dashboard["panels"]:
+        grid = panel["gridPos"]
+        assert grid["w"] > 0 and grid["h"] > 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = panel["title"]
+
+
+def test_rates_use_rate_interval(dashboard: dict[str, Any]) -> None:
+    for title, expr in _queries(dashboard):
+        for window in re.findall(r"\b(?:rate|irate)\([^\[]*\[([^\]]*)\]", expr):
+            assert window == "$__rate_interval", f"{title}: {expr}"
+
+
+def test_counters_only_through_rate_or_increase(dashboard: dict[str, Any]) -> None:
+    for title, expr in _queries(dashboard):
+        for match in COUNTERS.finditer(expr):
+            before = expr[: match.start()]
+            assert re.search(r"\b(rate|irate|increase)\(\s*$", before), f"{title}: {expr}"
+
+
+def test_queries_use_only_served_or_recorded_metrics(dashboard: dict[str, Any]) -> None:
+    known = _known_metrics()
+    queries = _queries(dashboard) + [
+        (v["name"], v["query"]) for v in dashboard["templating"]["list"] if v["type"] == "query"
+    ]
+    for title, expr in queries:
+        assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), title
+        for name in METRIC.findall(expr):
+            assert name in known, f"{title}: unknown metric {name}"
+
+
+def test_legends_show_the_host_in_either_spelling(dashboard: dict[str, Any]) -> None:
+    for panel in _panels(dashboard):
+        for query in panel.get("targets", []):
+            legend = query.get("legendFormat", "")
+            if "Hostname" in legend or "hostname" in legend:
+                assert "{{Hostname}}{{hostname}}" in legend, panel["title"]
