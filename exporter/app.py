@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from exporter import webconfig
 from exporter.catalog import Catalog
 from exporter.collector import Collector
 from exporter.config import Config
@@ -21,15 +22,24 @@ log = logging.getLogger(__name__)
 def build(cfg: Config, catalog: Catalog) -> web.Application:
     """The application: routes, plus a poller that starts and stops with it."""
     app = web.Application(handler_args={"max_field_size": 8190, "max_line_size": 8190})
+    attribution = None
+    if cfg.kube is not None:
+        from exporter.kube.attribution import Attribution  # loads grpc: only with -k
+
+        attribution = Attribution(cfg.kube)
     collector = Collector(
         catalog,
         cfg.hostname,
         cfg.hostname_label,
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
+        shared_keys=attribution.shared_keys if attribution else None,
+        resolve_pid=attribution.resolve_pid if attribution else None,
     )
-    app[POLLER] = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s)
+    app[POLLER] = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution)
     routes(app)
     app.cleanup_ctx.append(_collecting)
+    if cfg.web_config_file:
+        webconfig.install(app, cfg.web_config_file)
     return app
 
 
@@ -47,6 +57,8 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
         await asyncio.wait_for(close, 2.0)
     except TimeoutError:
         log.warning("NVML shutdown did not finish in 2 s; exiting anyway")
+    if poller.attribution is not None:
+        await poller.attribution.close()
     poller.close()
 
 
@@ -67,6 +79,7 @@ def run(cfg: Config, catalog: Catalog) -> int:
             print=None,
             access_log=None,
             shutdown_timeout=3.0,
+            ssl_context=webconfig.ssl_context(app),
         )
     except OSError as e:
         log.error("cannot listen on %s:%d: %s", cfg.host or "*", cfg.port, e.strerror or e)

@@ -13,14 +13,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from exporter import __version__
+from exporter import __version__, webconfig
 from exporter.catalog import CatalogError, load
 from exporter.config import (
     DEFAULT_ADDRESS,
     DEFAULT_INTERVAL_MS,
+    DEFAULT_SOCKET,
     Config,
     ConfigError,
+    KubeConfig,
     check_file,
+    check_regex,
     default_metrics_file,
     node_name,
     parse_address,
@@ -90,12 +93,124 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (env GPU_EXPORTER_LOG_LEVEL; default info)",
     )
     p.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS, basic auth and response headers, in exporter-toolkit's web config format; "
+        "re-read when it or a file it names changes (env DCGM_EXPORTER_WEB_CONFIG_FILE; "
+        "default: none, plain HTTP)",
+    )
+    _kube_flags(p)
+    p.add_argument(
         "--check",
         action="store_true",
         help="validate flags and the metrics file, print what would be served, and exit",
     )
     p.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
     return p
+
+
+def _kube_flags(p: argparse.ArgumentParser) -> None:
+    k = p.add_argument_group("pod attribution (Kubernetes)")
+    k.add_argument(
+        "-k",
+        "--kubernetes",
+        action="store_true",
+        default=None,
+        help="add pod, namespace and container labels from the kubelet "
+        "(env DCGM_EXPORTER_KUBERNETES=true)",
+    )
+    k.add_argument(
+        "--pod-resources-kubelet-socket",
+        metavar="PATH",
+        help=f"kubelet pod-resources socket (env DCGM_POD_RESOURCES_KUBELET_SOCKET; "
+        f"default {DEFAULT_SOCKET})",
+    )
+    k.add_argument(
+        "--kubernetes-gpu-id-type",
+        choices=("uid", "device-name"),
+        help="device ID form the device plugin reports; both forms are recognised either way "
+        "(env DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE; default uid)",
+    )
+    k.add_argument(
+        "--nvidia-resource-names",
+        metavar="NAMES",
+        help="extra resource names holding NVIDIA GPUs, comma-separated, * allowed "
+        "(env NVIDIA_RESOURCE_NAMES); nvidia.com/gpu, nvidia.com/gpu.shared and "
+        "nvidia.com/mig-* are always read",
+    )
+    k.add_argument(
+        "--kubernetes-enable-pod-uid",
+        action="store_true",
+        default=None,
+        help="add a pod_uid label (needs the API server) "
+        "(env DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID=true)",
+    )
+    k.add_argument(
+        "--kubernetes-pod-labels",
+        metavar="REGEX",
+        help="copy pod labels whose names match REGEX, as label_<name> (needs the API server) "
+        "(env GPU_EXPORTER_KUBERNETES_POD_LABELS)",
+    )
+    k.add_argument(
+        "--kubernetes-dra",
+        action="store_true",
+        default=None,
+        help="attribute DRA claims of gpu.nvidia.com through ResourceSlices (needs the API "
+        "server) (env GPU_EXPORTER_KUBERNETES_DRA=true)",
+    )
+    k.add_argument(
+        "--host-proc",
+        metavar="PATH",
+        help="the host's /proc, to map GPU processes to containers on shared GPUs "
+        "(needs hostPID) (env GPU_EXPORTER_HOST_PROC; default /proc)",
+    )
+
+
+def _truthy(value: str | None, source: str) -> bool:
+    if value is None:
+        return False
+    v = value.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("", "0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{source}: {value!r} is not a boolean; use true or false")
+
+
+def _kube_config(args: argparse.Namespace, env: Mapping[str, str], node: str) -> KubeConfig | None:
+    def flag(value: bool | None, name: str) -> bool:
+        return True if value else _truthy(env.get(name), f"environment variable {name}")
+
+    if not flag(args.kubernetes, "DCGM_EXPORTER_KUBERNETES"):
+        return None
+    socket = args.pod_resources_kubelet_socket or env.get(
+        "DCGM_POD_RESOURCES_KUBELET_SOCKET", DEFAULT_SOCKET
+    )
+    names = args.nvidia_resource_names or env.get("NVIDIA_RESOURCE_NAMES", "")
+    id_type = args.kubernetes_gpu_id_type or env.get("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "uid")
+    if id_type not in ("uid", "device-name"):
+        raise ConfigError(
+            f"environment variable DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE: {id_type!r}; "
+            "use uid or device-name"
+        )
+    labels = args.kubernetes_pod_labels or env.get("GPU_EXPORTER_KUBERNETES_POD_LABELS") or None
+    if labels:
+        src = (
+            "--kubernetes-pod-labels"
+            if args.kubernetes_pod_labels
+            else ("environment variable GPU_EXPORTER_KUBERNETES_POD_LABELS")
+        )
+        check_regex(labels, src)
+    return KubeConfig(
+        node_name=node,
+        socket=socket,
+        resource_names=tuple(n.strip() for n in names.split(",") if n.strip()),
+        gpu_id_type=id_type,
+        pod_uid=flag(args.kubernetes_enable_pod_uid, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"),
+        pod_labels=labels,
+        dra=flag(args.kubernetes_dra, "GPU_EXPORTER_KUBERNETES_DRA"),
+        host_proc=args.host_proc or env.get("GPU_EXPORTER_HOST_PROC", "/proc"),
+    )
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
@@ -129,18 +244,23 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     else:
         fleet = None
     level, _ = pick(args.log_level, "--log-level", "GPU_EXPORTER_LOG_LEVEL")
+    value, src = pick(args.web_config_file, "--web-config-file", "DCGM_EXPORTER_WEB_CONFIG_FILE")
+    web_config = check_file(value, src, "web config file") if value else None
+    hostname = node_name(env.get("NODE_NAME"))
     return Config(
         host=host,
         port=port,
         interval_s=interval,
         collect_timeout_s=timeout,
         metrics_file=metrics_file,
-        hostname=node_name(env.get("NODE_NAME")),
+        hostname=hostname,
         hostname_label=label or "Hostname",
         simulate=simulate,
         fleet=fleet,
         log_level=(level or "info").lower(),
         check=args.check,
+        web_config_file=web_config,
+        kube=_kube_config(args, env, hostname),
     )
 
 
@@ -149,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from(args, os.environ)
         catalog = load(cfg.metrics_file)
+        if cfg.web_config_file:
+            webconfig.load(cfg.web_config_file)
     except (ConfigError, CatalogError) as e:
         print(f"gpu-exporter: error: {e}", file=sys.stderr)
         return EXIT_USAGE

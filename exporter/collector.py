@@ -19,6 +19,7 @@ from exporter.nvml.devices import Device, Enumerator, Inventory
 from exporter.nvml.events import XidState, XidWatcher
 from exporter.nvml.fields import Scope, Source
 from exporter.nvml.gpm import GpmReader
+from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
 from exporter.nvml.session import DeviceLost, DriverGone, Session
 from exporter.snapshot import CollectorResult, Snapshot, Value
@@ -39,6 +40,8 @@ class Collector:
         hostname_label: str = "Hostname",
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
+        shared_keys: Callable[[], frozenset[str]] | None = None,
+        resolve_pid: Callable[[int], object] | None = None,
     ) -> None:
         fields = [m.field for m in catalog.metrics]
         self.session = Session()
@@ -48,6 +51,8 @@ class Collector:
         self.reader = FieldReader(self.session, fields)
         self.gpm = GpmReader(self.session, fields)
         self.xid = XidWatcher(self.session) if any(f.source is Source.XID for f in fields) else None
+        self.processes = ProcessReader(self.session, resolve_pid)
+        self.shared_keys = shared_keys or frozenset
         self.slow_s = slow_s
         self.clock = clock
         self.busy_with = ""  # what the worker is reading now, for /ready when a call hangs
@@ -99,6 +104,8 @@ class Collector:
         self._inventory = inv
 
         values: dict[str, dict[str, Value]] = {}
+        procs: dict[str, tuple[ProcUse, ...]] = {}
+        shared = self.shared_keys()
         down: list[Device] = list(inv.lost)
         for d in inv.lost:
             problems.append(f"GPU {d.index} ({d.uuid}) is not answering (lost)")
@@ -130,6 +137,8 @@ class Collector:
                         p0 = time.perf_counter()
                         vals.update(self.gpm.read(dev, start))
                         gpm_s += time.perf_counter() - p0
+                        if dev.key in shared:
+                            procs[dev.key] = self.processes.read(dev)
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
                         values.pop(dev.key, None)
@@ -154,6 +163,8 @@ class Collector:
             return self._failed(start, t0, str(e))
         finally:
             self.busy_with = ""
+        if shared:
+            self.processes.forget_pids({p.pid for ps in procs.values() for p in ps})
         results.append(CollectorResult("fields", True, t_fields))
         results.append(CollectorResult("gpm", True, t_gpm))
 
@@ -178,6 +189,7 @@ class Collector:
             down=tuple(down),
             values=MappingProxyType({k: MappingProxyType(v) for k, v in values.items()}),
             xid=xid_state,
+            processes=MappingProxyType(procs),
             collectors=tuple(results),
             problems=tuple(problems),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from dataclasses import dataclass
 from importlib import resources
@@ -9,6 +10,7 @@ from pathlib import Path
 
 DEFAULT_ADDRESS = ":9400"
 DEFAULT_INTERVAL_MS = 30000
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MIN_INTERVAL_MS = 100  # GPM needs samples at least 100 ms apart
 
 
@@ -19,6 +21,21 @@ class ConfigError(ValueError):
 def default_metrics_file() -> str:
     """The metrics.csv shipped inside the package."""
     return str(resources.files("exporter") / "metrics.csv")
+
+
+@dataclass(frozen=True, slots=True)
+class KubeConfig:
+    """What ``-k`` and its companion flags ask for."""
+
+    node_name: str
+    socket: str
+    resource_names: tuple[str, ...] = ()
+    gpu_id_type: str = "uid"
+    pod_uid: bool = False
+    pod_labels: str | None = None  # allow-list regex of pod label names
+    dra: bool = False
+    host_proc: str = "/proc"
+    timeout_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +53,8 @@ class Config:
     fleet: str | None = None
     log_level: str = "info"
     check: bool = False
+    web_config_file: str | None = None
+    kube: KubeConfig | None = None  # pod attribution, with -k/--kubernetes
 
 
 def parse_address(value: str, source: str) -> tuple[str, int]:
@@ -72,3 +91,12 @@ def check_file(path: str, source: str, what: str) -> str:
 def node_name(env_value: str | None) -> str:
     """The Hostname label: NODE_NAME when set, else this machine's host name."""
     return env_value or socket.gethostname()
+
+
+def check_regex(value: str, source: str) -> str:
+    """Validate a regular expression early, naming the flag it came from."""
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ConfigError(f"{source}: {value!r} is not a regular expression: {e}") from None
+    return value

@@ -12,15 +12,18 @@ import asyncio
 import gzip
 import logging
 import time
-from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
 from exporter.render import render
 from exporter.selfmetrics import SelfMetrics
-from exporter.snapshot import Snapshot
+from exporter.snapshot import CollectorResult, Snapshot
+
+if TYPE_CHECKING:
+    from exporter.kube.attribution import Attribution
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +50,14 @@ class Poller:
         collector: Collector,
         interval_s: float,
         timeout_s: float,
-        extra_labels: Callable[[], Mapping[str, str]] | None = None,
+        attribution: Attribution | None = None,
     ) -> None:
         self.catalog = catalog
         self.collector = collector
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.extra_labels = extra_labels
-        self.selfmetrics = SelfMetrics(interval_s)
+        self.attribution = attribution
+        self.selfmetrics = SelfMetrics(interval_s, attribution.families if attribution else None)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.snapshot: Snapshot | None = None
         self.last_ok_monotonic: float | None = None
@@ -102,6 +105,8 @@ class Poller:
             self._publish_self()
             return
         self.stuck = ""
+        if self.attribution is not None:
+            await self.attribution.refresh(snap)
         self.publish(snap)
 
     def publish(self, snap: Snapshot) -> None:
@@ -119,8 +124,14 @@ class Poller:
             self.last_ok_monotonic = time.monotonic()
         else:
             sm.collections["failure"] += 1
-        extra = self.extra_labels() if self.extra_labels else None
-        self._dcgm, sm.series = render(snap, self.catalog, extra)
+        attr = self.attribution
+        self._dcgm, sm.series = render(snap, self.catalog, attr.labels() if attr else None)
+        if attr is not None:
+            ok = not attr.mapper.status
+            sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
+            shared, n = attr.render_shared(snap)
+            self._dcgm += shared
+            sm.series += n
         self._publish_self()
 
     def _publish_self(self) -> None:
@@ -132,6 +143,8 @@ class Poller:
     def readiness(self) -> tuple[bool, list[str]]:
         """(ready, reasons and details) for /ready."""
         details = list(self.snapshot.problems) if self.snapshot else []
+        if self.attribution is not None:
+            details += self.attribution.details()
         if self.stuck:
             details.insert(0, self.stuck)
         if self.last_ok_monotonic is None:

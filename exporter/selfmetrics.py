@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter import __version__
 from exporter.nvml.devices import Device
-from exporter.snapshot import Snapshot
+from exporter.snapshot import CollectorResult, Snapshot
 
 PREFIX = "gpu_exporter"
 GPU_LABELS = 6  # gpu, UUID, pci_bus_id, device, modelName, Hostname
@@ -25,8 +25,11 @@ GPU_LABELS = 6  # gpu, UUID, pci_bus_id, device, modelName, Hostname
 class SelfMetrics:
     """Holds what the families report; :meth:`render` is called by the poller once per cycle."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(
+        self, interval_s: float, extra: Callable[[], Iterable[Metric]] | None = None
+    ) -> None:
         self.interval_s = interval_s
+        self.extra = extra
         self.collections: Counter[str] = Counter()
         self.last_success = 0.0
         self.series = 0
@@ -35,7 +38,7 @@ class SelfMetrics:
         self.driver_version = ""
         self.nvml_version = ""
         self.nvml_errors: tuple[tuple[str, str, int], ...] = ()
-        self.skipped_cycles = 0
+        self.extra_results: tuple[CollectorResult, ...] = ()
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         self.registry.register(self)
@@ -82,6 +85,8 @@ class SelfMetrics:
         yield GaugeMetricFamily(
             f"{p}_series", "DCGM series in the last rendered exposition.", self.series
         )
+        if self.extra is not None:
+            yield from self.extra()
         snap = self.snapshot
         if snap is None:
             return
@@ -100,7 +105,7 @@ class SelfMetrics:
             "Seconds the collector spent in the last cycle.",
             labels=["collector"],
         )
-        for r in snap.collectors:
+        for r in snap.collectors + self.extra_results:
             ok.add_metric([r.name], int(r.success))
             dur.add_metric([r.name], r.duration)
         yield ok

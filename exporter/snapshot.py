@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from exporter.nvml.devices import Device
 from exporter.nvml.events import XidState
+from exporter.nvml.processes import ProcUse
 
 Value = int | float
 
@@ -33,6 +34,9 @@ class Snapshot:
     down: tuple[Device, ...] = ()  # GPUs seen before that are lost or quarantined now
     values: Mapping[str, Mapping[str, Value]] = field(default_factory=lambda: MappingProxyType({}))
     xid: XidState = field(default_factory=XidState)
+    processes: Mapping[str, tuple[ProcUse, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )  # per device key, only for devices shared by several containers
     collectors: tuple[CollectorResult, ...] = ()
     problems: tuple[str, ...] = ()  # human-readable, shown by /ready
 

@@ -73,6 +73,17 @@ class Exporter:
         assert status == 200
         return body.decode()
 
+    def wait_metrics(self, pred, timeout: float = 10.0, what: str = "metrics") -> str:
+        """The first exposition for which ``pred(text)`` is true."""
+        box: list[str] = []
+
+        def check():
+            box[:] = [self.metrics()]
+            return pred(box[0])
+
+        wait_until(check, timeout, what)
+        return box[0]
+
     def wait_ready(self, timeout: float = 20.0) -> None:
         def ready():
             if self.proc.poll() is not None:

@@ -18,6 +18,9 @@ def test_ruff(args):
 
 
 def test_package_imports_without_kubernetes_or_grpc():
-    code = "import sys, exporter.app; print(sorted(m for m in ('kubernetes', 'grpc') if m in sys.modules))"
+    code = (
+        "import sys, exporter.app, exporter.cli; "
+        "print(sorted(m for m in ('kubernetes', 'grpc') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "[]", out.stderr

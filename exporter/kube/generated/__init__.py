@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (see exporter/kube/protogen.py). Do not edit."""

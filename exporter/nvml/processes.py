@@ -1,0 +1,99 @@
+"""Per-process GPU memory and SM utilization, read only for devices shared by several pods.
+
+Memory comes from the running-process list (works on whole GPUs and MIG
+instances); SM utilization from NVML's per-process samples since the previous
+cycle (whole GPUs only: NVML has none for MIG instances). PIDs are host PIDs;
+``resolve`` turns one into a container reference (kube/cgroups.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml as N
+
+from exporter.nvml.devices import Device
+from exporter.nvml.fields import MIB
+from exporter.nvml.session import Session, Unavailable
+
+_NO_SAMPLES = {N.NVML_ERROR_NOT_FOUND, N.NVML_SUCCESS}  # NVMLError(0): a known pynvml quirk
+
+
+@dataclass(frozen=True, slots=True)
+class ProcUse:
+    """One process on one device: memory in MiB (None if NVML withheld it), SM %, its container."""
+
+    pid: int
+    used_mib: float | None
+    sm_util: float | None
+    container: Any = None
+
+
+class ProcessReader:
+    """Reads process lists and utilization samples; remembers the last sample time per device."""
+
+    def __init__(self, session: Session, resolve: Callable[[int], Any] | None = None) -> None:
+        self.session = session
+        self.resolve = resolve
+        self._last_seen: dict[str, int] = {}
+        self._refs: dict[int, Any] = {}
+
+    def read(self, dev: Device) -> tuple[ProcUse, ...]:
+        """Processes on ``dev``; DeviceLost/DriverGone propagate, anything else yields ()."""
+        try:
+            procs = N.nvmlDeviceGetComputeRunningProcesses(dev.handle)
+        except N.NVMLError as e:
+            err = self.session.failure("nvmlDeviceGetComputeRunningProcesses", e)
+            if isinstance(err, Unavailable | RuntimeError):
+                return ()
+            raise err from None
+        except N.NVMLLibraryMismatchError:
+            return ()  # bindings newer than the driver's process struct
+        memory: dict[int, float | None] = {}
+        for p in procs:
+            used = None if p.usedGpuMemory is None else p.usedGpuMemory / MIB
+            prev = memory.get(p.pid)
+            memory[p.pid] = used if prev is None else prev + (used or 0)
+        sm = {} if dev.is_mig else self._utilization(dev)
+        live = set(memory) | set(sm)
+        out = []
+        for pid in sorted(live):
+            ref = self._ref(pid)
+            out.append(
+                ProcUse(pid, memory.get(pid), sm.get(pid, 0.0 if pid in memory else None), ref)
+            )
+        return tuple(out)
+
+    def _utilization(self, dev: Device) -> dict[int, float]:
+        last = self._last_seen.get(dev.key, 0)
+        try:
+            samples = N.nvmlDeviceGetProcessUtilization(dev.handle, last)
+        except N.NVMLError as e:
+            if e.value in _NO_SAMPLES:
+                return {}
+            err = self.session.failure("nvmlDeviceGetProcessUtilization", e)
+            if isinstance(err, Unavailable | RuntimeError):
+                return {}
+            raise err from None
+        per_pid: dict[int, list[int]] = {}
+        newest = last
+        for s in samples:
+            if s.timeStamp > last:
+                per_pid.setdefault(s.pid, []).append(s.smUtil)
+                newest = max(newest, s.timeStamp)
+        self._last_seen[dev.key] = newest
+        return {pid: sum(v) / len(v) for pid, v in per_pid.items()}
+
+    def _ref(self, pid: int) -> Any:
+        if self.resolve is None:
+            return None
+        if pid not in self._refs:
+            self._refs[pid] = self.resolve(pid)
+        return self._refs[pid]
+
+    def forget_pids(self, live: set[int]) -> None:
+        """Drop cached containers of PIDs that are gone (PIDs get reused)."""
+        for pid in [p for p in self._refs if p not in live]:
+            del self._refs[pid]
