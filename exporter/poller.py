@@ -21,6 +21,7 @@ from exporter.collector import Collector
 from exporter.render import render
 from exporter.selfmetrics import SelfMetrics
 from exporter.snapshot import CollectorResult, Snapshot
+from exporter.xidcount import XidCounter
 
 if TYPE_CHECKING:
     from exporter.kube.attribution import Attribution
@@ -65,6 +66,7 @@ class Poller:
         self._pending: Future[Snapshot] | None = None
         self.exposition = Exposition.of(self.selfmetrics.render())
         self.cycles = 0
+        self.xids = XidCounter()
 
     async def run(self) -> None:
         """Collect forever at the interval (cancel the task to stop)."""
@@ -125,7 +127,9 @@ class Poller:
         else:
             sm.collections["failure"] += 1
         attr = self.attribution
-        self._dcgm, sm.series = render(snap, self.catalog, attr.labels() if attr else None)
+        owners = attr.labels() if attr else None
+        xids = self.xids.update(snap, owners)
+        self._dcgm, sm.series = render(snap, self.catalog, owners, xids)
         if attr is not None:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)

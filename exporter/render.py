@@ -7,12 +7,13 @@ rendering is string joins over the snapshot's values.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from exporter.catalog import Catalog, MetricSpec
 from exporter.nvml.devices import Device, escape
 from exporter.nvml.fields import Scope, Source
 from exporter.snapshot import Snapshot
+from exporter.xidcount import Series, XidCounter
 from exporter.xids import describe
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -28,12 +29,19 @@ def _head(spec: MetricSpec) -> str:
 
 
 def render(
-    snap: Snapshot, catalog: Catalog, extra: Mapping[str, str] | None = None
+    snap: Snapshot,
+    catalog: Catalog,
+    extra: Mapping[str, str] | None = None,
+    xid_series: Iterable[Series] | None = None,
 ) -> tuple[str, int]:
     """Render the DCGM series of a snapshot; returns (text, number of series).
 
-    ``extra`` maps a device key to more label text (``pod="..."``) for its series.
+    ``extra`` maps a device key to more label text (``pod="..."``) for its series;
+    ``xid_series`` are the XID counter's series (xidcount.py), by default one per
+    device and code.
     """
+    if xid_series is None:
+        xid_series = XidCounter().update(snap)
     extra = extra or {}
     out: list[str] = []
     series = 0
@@ -49,7 +57,7 @@ def render(
         f = spec.field
         lines: list[str] = []
         if f.source is Source.XID:
-            lines = _xid_lines(spec, snap, labels)
+            lines = _xid_lines(spec, snap, labels, xid_series)
         else:
             devices = snap.gpus if f.scope is Scope.DEVICE else snap.entities
             name = spec.name
@@ -64,7 +72,9 @@ def render(
     return "".join(out), series
 
 
-def _xid_lines(spec: MetricSpec, snap: Snapshot, labels: Callable[..., str]) -> list[str]:
+def _xid_lines(
+    spec: MetricSpec, snap: Snapshot, labels: Callable[..., str], xid_series: Iterable[Series]
+) -> list[str]:
     name = spec.name
     if spec.field.scope is Scope.DEVICE:  # last XID per GPU, sticky like dcgm-exporter
         last = dict(snap.xid.last)
@@ -74,13 +84,8 @@ def _xid_lines(spec: MetricSpec, snap: Snapshot, labels: Callable[..., str]) -> 
             more = f'err_code="{x}",err_msg="{escape(describe(x))}"'
             out.append(f"{name}{{{labels(gpu, more)}}} {x}\n")
         return out
-    # Counter by XID code; kept for GPUs that went down, since XID 79 comes with the fall.
-    gpus = {d.uuid: d for d in snap.gpus + snap.down if not d.is_mig}
-    mig = {(d.uuid, d.gi): d for d in snap.entities if d.is_mig}
     out = []
-    for uuid, gi, xid, n in sorted(snap.xid.counts, key=lambda c: (c[0], c[1] or -1, c[2])):
-        dev = mig.get((uuid, gi)) or gpus.get(uuid)
-        if dev is not None:
-            more = f'xid="{xid}"'
-            out.append(f"{name}{{{labels(dev, more)}}} {n}\n")
+    for dev, xid, owner, n in xid_series:
+        more = f'{owner},xid="{xid}"' if owner else f'xid="{xid}"'
+        out.append(f"{name}{{{dev.text},{more}}} {n}\n")
     return out

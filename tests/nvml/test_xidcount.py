@@ -1,0 +1,49 @@
+"""XID counter series follow the pod that held the GPU when the XID arrived."""
+
+from __future__ import annotations
+
+import time
+
+from exporter import sim
+from exporter.catalog import load
+from exporter.collector import Collector
+from exporter.config import default_metrics_file
+from exporter.sim import Fault, ManualClock
+from exporter.xidcount import XidCounter
+
+
+def wait_count(col, total):
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if sum(n for *_, n in col.xid.state().counts) >= total:
+            return
+        time.sleep(0.02)
+    raise AssertionError("XIDs did not arrive")
+
+
+def test_new_pod_does_not_inherit_old_xids():
+    clock = ManualClock()
+    driver = sim.install(None, clock=clock)
+    col = Collector(load(default_metrics_file()), "n")
+    try:
+        snap = col.collect()
+        gpu0 = next(d for d in snap.gpus if d.index == 0)
+        counter = XidCounter()
+        a = {gpu0.key: 'pod="a",namespace="ns",container="c"'}
+        b = {gpu0.key: 'pod="b",namespace="ns",container="c"'}
+        driver.inject(Fault("xid", gpu=0, xid=13, count=2))
+        wait_count(col, 2)
+        series = counter.update(col.collect(), a)
+        assert [(x, o, n) for _, x, o, n in series] == [(13, a[gpu0.key], 2)]
+        # pod a ends, pod b takes the GPU: a's series goes, b starts with nothing
+        assert counter.update(col.collect(), b) == []
+        driver.inject(Fault("xid", gpu=0, xid=13))
+        wait_count(col, 3)
+        series = counter.update(col.collect(), b)
+        assert [(x, o, n) for _, x, o, n in series] == [(13, b[gpu0.key], 1)]
+        # without pod labels the count is the device's own
+        plain = XidCounter().update(col.collect())
+        assert [(x, o, n) for _, x, o, n in plain] == [(13, "", 3)]
+    finally:
+        col.close()
+        sim.uninstall()
