@@ -93,7 +93,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     OUTPUT.write_text(text, encoding="utf-8")
-    return 0
+    return _refresh_deploy_copies()
+
+
+def _refresh_deploy_copies() -> int:
+    """deploy/ carries copies of the generated files (kustomize cannot reach outside)."""
+    import subprocess
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "generate.py"
+    return subprocess.run([sys.executable, str(deploy)], check=False).returncode
 
 
 if __name__ == "__main__":

@@ -252,16 +252,13 @@ def build() -> dict[str, Any]:
         ),
         timeseries(
             "NVLink throughput",
-            "Bytes per second over each GPU's NVLinks, transmitted and received (MIG "
-            "instances of a GPU summed; Hopper and newer).",
+            "Bytes per second over each GPU's NVLinks, sent and received together (the "
+            "NVLink data counter of the default metrics file; GPUs with NVLink only).",
             [
                 target(
-                    f"sum by (Hostname, hostname, gpu) (DCGM_FI_PROF_NVLINK_TX_BYTES{{{G}}})",
-                    f"{GPU_LEGEND} tx",
-                ),
-                target(
-                    f"sum by (Hostname, hostname, gpu) (DCGM_FI_PROF_NVLINK_RX_BYTES{{{G}}})",
-                    f"{GPU_LEGEND} rx",
+                    "sum by (Hostname, hostname, gpu) (rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+                    f"{{{G}}}[$__rate_interval])) * 1024",
+                    GPU_LEGEND,
                 ),
             ],
             "Bps",

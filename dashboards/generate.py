@@ -46,7 +46,17 @@ def main(argv: list[str] | None = None) -> int:
             f"dashboards/{name} is out of date: run `python dashboards/generate.py`",
             file=sys.stderr,
         )
-    return 1 if stale else 0
+    if stale:
+        return 1
+    return 0 if args.check else _refresh_deploy_copies()
+
+
+def _refresh_deploy_copies() -> int:
+    """deploy/ carries copies of the generated files (kustomize cannot reach outside)."""
+    import subprocess
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy" / "generate.py"
+    return subprocess.run([sys.executable, str(deploy)], check=False).returncode
 
 
 if __name__ == "__main__":

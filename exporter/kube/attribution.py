@@ -68,7 +68,9 @@ class Attribution:
         instances = [d for d in snap.entities if d.is_mig]
         try:
             await asyncio.wait_for(
-                self.mapper.refresh(snap.gpus, instances), self.cfg.timeout_s + 1
+                # down GPUs too: a GPU that fell off the bus keeps its pod on its XID counter
+                self.mapper.refresh(snap.gpus + snap.down, instances),
+                self.cfg.timeout_s + 1,
             )
         except TimeoutError:
             self.mapper.status = "kubelet did not answer in time"
