@@ -83,22 +83,31 @@ class GpmReader:
             return {}
         st = self._state.get(dev.key)
         fresh = st is None
-        if st is None:
-            st = self._state[dev.key] = _State()
-        elif now - st.taken < MIN_GAP_S:
-            return {}
         try:
+            if st is None:
+                st = self._state[dev.key] = _State()
+            elif now - st.taken < MIN_GAP_S:
+                return {}
             if dev.parent is not None:
                 N.nvmlGpmMigSampleGet(dev.parent.handle, dev.gi, st.spare)
             else:
                 N.nvmlGpmSampleGet(dev.handle, st.spare)
         except N.NVMLError as e:
-            raise self.session.failure("nvmlGpmSampleGet", e) from None
+            return self._failed("nvmlGpmSampleGet", e)
         st.prev, st.spare = st.spare, st.prev
         st.taken = now
         if fresh:
             return {}
         return self._metrics(st)
+
+    def _failed(self, function: str, e: N.NVMLError) -> dict[str, float]:
+        """No GPM values this cycle for a call that failed (counted). A MIG instance
+        removed mid-cycle answers NOT_FOUND or INVALID_ARGUMENT: that must not fail the
+        other devices' cycle. A lost GPU or a driver gone still propagates."""
+        err = self.session.failure(function, e)
+        if isinstance(err, Unavailable | RuntimeError):
+            return {}
+        raise err from None
 
     def _metrics(self, st: _State) -> dict[str, float]:
         req = N.c_nvmlGpmMetricsGet_t()
@@ -111,7 +120,7 @@ class GpmReader:
         try:
             N.nvmlGpmMetricsGet(req)
         except N.NVMLError as e:
-            raise self.session.failure("nvmlGpmMetricsGet", e) from None
+            return self._failed("nvmlGpmMetricsGet", e)
         out = {}
         for i, f in enumerate(self.fields):
             m = req.metrics[i]
