@@ -38,7 +38,8 @@ def fleet_ids(fleet: str | Path | None) -> dict[str, str]:
         sim.uninstall()
 
 
-def load_pods(name: str, ids: dict[str, str]) -> pb.ListPodResourcesResponse:
+def load_pods(name: str | Path, ids: dict[str, str]) -> pb.ListPodResourcesResponse:
+    """A fixture file (a name in tests/fixtures/kubelet/, or a path) as a List answer."""
     raw = yaml.safe_load((FIXTURES / name).read_text())
 
     def sub(s: str) -> str:
