@@ -1,0 +1,156 @@
+"""Scrape load: N concurrent scrapers against 127.0.0.1, each on its own connection.
+
+The client speaks just enough HTTP/1.1 to be cheap: one GET, the status line,
+Content-Length (or read to the end when the server closes), and the body. A
+connection is kept alive when the server allows it, as Prometheus does; a
+server that closes after each response (HTTP/1.0) is dialled again, and that
+time counts in the latency because a real scraper pays it too.
+
+A *round* fires one request on every scraper at the same instant, so with N
+scrapers each request waits behind the others: the burst a node sees when N
+Prometheus servers scrape it at once. Rounds are spread over a few seconds so
+they land at every phase of the exporter's collection cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass
+
+
+class ScrapeError(RuntimeError):
+    """A scrape did not return 200 with a body."""
+
+
+class _Scraper:
+    def __init__(self, host: str, port: int, path: str, gzip: bool) -> None:
+        self.host, self.port = host, port
+        enc = "Accept-Encoding: gzip\r\n" if gzip else ""
+        self.request = (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{enc}"
+            "User-Agent: gpu-exporter-bench\r\nAccept: text/plain\r\n\r\n"
+        ).encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def _connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def get(self) -> tuple[float, int]:
+        """One scrape: (seconds from send to the last body byte, body bytes)."""
+        t0 = time.perf_counter()
+        if self.writer is None:
+            await self._connect()
+        assert self.reader is not None and self.writer is not None
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        if " 200 " not in status_line + " ":
+            raise ScrapeError(status_line)
+        length = None
+        close = status_line.startswith("HTTP/1.0")
+        for line in lines:
+            name, _, val = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(val)
+            elif name == "connection":
+                close = val.strip().lower() == "close"
+        if length is None:
+            body = await self.reader.read()
+            close = True
+        else:
+            body = await self.reader.readexactly(length)
+        elapsed = time.perf_counter() - t0
+        if close:
+            await self.close()
+        return elapsed, len(body)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """Latencies of one load run, seconds."""
+
+    scrapers: int
+    gzip: bool
+    requests: int
+    p50: float
+    p99: float
+    max: float
+    body_bytes: int
+    seconds: float  # wall time of the run
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by nearest rank."""
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, round(q / 100 * len(s) + 0.5) - 1))
+    return s[k]
+
+
+async def _run(
+    port: int, scrapers: int, rounds: int, spread_s: float, gzip: bool, path: str
+) -> LoadResult:
+    clients = [_Scraper("127.0.0.1", port, path, gzip) for _ in range(scrapers)]
+    latencies: list[float] = []
+    size = 0
+    gap = spread_s / rounds
+    t_start = time.perf_counter()
+    try:
+        # One untimed round opens the connections.
+        await asyncio.gather(*(c.get() for c in clients))
+        next_at = time.perf_counter()
+        for _ in range(rounds):
+            results = await asyncio.gather(*(c.get() for c in clients))
+            for lat, n in results:
+                latencies.append(lat)
+                size = n
+            next_at += gap
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    return LoadResult(
+        scrapers=scrapers,
+        gzip=gzip,
+        requests=len(latencies),
+        p50=statistics.median(latencies),
+        p99=percentile(latencies, 99),
+        max=max(latencies),
+        body_bytes=size,
+        seconds=time.perf_counter() - t_start,
+    )
+
+
+async def fetch(port: int, gzip: bool, path: str = "/metrics") -> tuple[int, int]:
+    """One scrape on a fresh connection: (200, body bytes); raises ScrapeError otherwise."""
+    client = _Scraper("127.0.0.1", port, path, gzip)
+    try:
+        _, size = await client.get()
+    finally:
+        await client.close()
+    return 200, size
+
+
+def scrape_load(
+    port: int,
+    scrapers: int,
+    requests: int,
+    spread_s: float,
+    gzip: bool,
+    path: str = "/metrics",
+) -> LoadResult:
+    """Run about `requests` scrapes (at least 5 rounds) in rounds of `scrapers` at once."""
+    rounds = max(5, requests // scrapers)
+    return asyncio.run(_run(port, scrapers, rounds, spread_s, gzip, path))

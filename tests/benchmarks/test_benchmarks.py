@@ -1,0 +1,132 @@
+"""The benchmark suite runs end to end at tiny sizes, so it cannot rot. No timed assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from benchmarks import pods, report
+from benchmarks.accounting import instrument
+from benchmarks.fleets import tiny_mig
+from exporter import sim
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    tmp = tmp_path_factory.mktemp("bench")
+    out, raw = tmp / "benchmarks.md", tmp / "results.json"
+    out.write_text("# Benchmarks\n\nIntro.\n\n## Image\n\nKept as it is.\n")
+    argv = [sys.executable, "-m", "benchmarks", "--quick", "--no-peer"]
+    p = subprocess.run(
+        [*argv, "--out", str(out), "--json", str(raw)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    return out.read_text(), json.loads(raw.read_text())
+
+
+def test_quick_run_writes_every_section_and_keeps_others(quick_run):
+    text, _ = quick_run
+    for heading in (
+        "## This run",
+        "## Targets",
+        "## Collection cycle",
+        "## Scrapes",
+        "## Memory",
+        "## Exposition",
+        "## Growth",
+        "## Pods",
+        "## Side by side: nvitop-exporter",
+    ):
+        assert heading in text, heading
+    assert text.count(report.END) == 1
+    assert "## Image\n\nKept as it is." in text
+    assert text.index("Intro.") < text.index(report.END) < text.index("## Image")
+    assert "python -m benchmarks --quick --no-peer" in text
+
+
+def test_quick_run_measures_what_the_issue_lists(quick_run):
+    _, res = quick_run
+    target = res["target"]
+    cycle = res["cycle"][target]
+    assert cycle["series"] > 0 and cycle["nvml_calls"] > 0
+    assert 0 < cycle["gzip_bytes"] < cycle["plain_bytes"]
+    assert cycle["cycle_cpu_ms"] > 0 and cycle["modelled_driver_ms"] > 0
+    proc = res["process"][target]
+    assert proc["rss_mib"] > 0
+    got = {(r["scrapers"], r["gzip"]) for r in proc["scrapes"]}
+    assert got == {(n, gz) for n in (1, 10) for gz in (True, False)}
+    assert all(r["bytes"] > 0 and r["requests"] > 0 for r in proc["scrapes"])
+    assert {(r["scrapers"], r["gzip"]) for r in proc["floor"]} == {(1, True), (10, True)}
+    for run in (res["churn"], res["churn_pods"]):
+        assert run["reconfigs"] > 0 and run["last_ok"] and run["skipped"] == 0
+        assert len(run["samples"]) >= 2
+    assert res["churn_pods"]["attributed"] > 0 and res["churn_pods"]["pods_replaced"] > 0
+    (with_pods,) = res["pods"].values()
+    assert with_pods["attributed"] > 0
+
+
+def test_report_block_is_replaced_not_repeated(tmp_path):
+    doc = tmp_path / "b.md"
+    doc.write_text("# Benchmarks\n\n## Image\n\nsize\n")
+    report.write(doc, "## First\n\none")
+    report.write(doc, "## Second\n\ntwo")
+    text = doc.read_text()
+    assert "## First" not in text and "## Second" in text
+    assert text.count(report.END) == 1 and text.endswith("## Image\n\nsize\n")
+
+
+def test_fit_recovers_a_line():
+    a, b, r2 = report.fit([1, 8, 16, 64], [3 + 0.5 * x for x in (1, 8, 16, 64)])
+    assert (round(a, 9), round(b, 9), round(r2, 9)) == (3.0, 0.5, 1.0)
+
+
+def test_accounting_splits_modelled_cost_from_the_simulators_own(tmp_path):
+    driver = sim.install(tiny_mig().mapping, clock=sim.ManualClock())
+    try:
+        acct = instrument(driver)
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        pynvml.nvmlDeviceGetUtilizationRates(h)
+        pynvml.nvmlDeviceGetMemoryInfo(h)
+        pynvml.nvmlShutdown()
+    finally:
+        sim.uninstall()
+    assert acct.calls["nvmlDeviceGetUtilizationRates"] == 1
+    per_call = acct.modelled_by_function["nvmlDeviceGetUtilizationRates"]
+    assert per_call == pytest.approx(driver.latency.cost_s("nvmlDeviceGetUtilizationRates"))
+    assert acct.cpu_s > 0 and acct.overhead_s >= 0
+
+
+def test_pods_take_one_device_each_then_none_and_come_back_renamed():
+    ids = [f"MIG-{i}" for i in range(56)]
+    listing = pods.assignments(ids, 60)["pod_resources"]
+    devices = [c.get("devices") for p in listing for c in p["containers"]]
+    assert [d[0]["device_ids"] for d in devices[:2]] == [["MIG-0"], ["MIG-1"]]
+    assert devices[56:] == [None] * 4
+    names = [p["name"] for p in pods.assignments(ids, 60, replaced=62)["pod_resources"]]
+    assert names[:3] == ["bench-0000-g2", "bench-0001-g2", "bench-0002-g1"]
+
+
+def test_profile_charges_structure_access_to_whoever_touched_it():
+    from benchmarks.profile import _owner
+
+    stack = ["collect", "fn (exporter/sim/library.py:1)", "_PrintableStructure.__setattr__ (x)"]
+    assert _owner(stack) == "simulator (not on a real node)"
+    ours = ["collect", "GpmReader._metrics (exporter/nvml/gpm.py:112)"]
+    assert _owner([*ours, "_PrintableStructure.__getattribute__ (pynvml.py:1213)"]) == (
+        "exporter: GpmReader._metrics"
+    )
+    assert _owner([*ours, "spin (exporter/sim/latency.py:48)"]) == (
+        "driver calls (modelled busy-wait)"
+    )
