@@ -17,7 +17,9 @@ from exporter import __version__, webconfig
 from exporter.catalog import CatalogError, load
 from exporter.config import (
     DEFAULT_ADDRESS,
+    DEFAULT_HTTP_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_SOCKET,
     Config,
     ConfigError,
@@ -27,6 +29,7 @@ from exporter.config import (
     default_metrics_file,
     node_name,
     parse_address,
+    parse_count,
     parse_interval,
 )
 
@@ -98,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="TLS, basic auth and response headers, in exporter-toolkit's web config format; "
         "re-read when it or a file it names changes (env DCGM_EXPORTER_WEB_CONFIG_FILE; "
         "default: none, plain HTTP)",
+    )
+    p.add_argument(
+        "--max-connections",
+        metavar="N",
+        help="most HTTP connections open at once; past it a new connection closes the oldest "
+        "idle one (env GPU_EXPORTER_MAX_CONNECTIONS; default "
+        f"{DEFAULT_MAX_CONNECTIONS})",
+    )
+    p.add_argument(
+        "--http-timeout",
+        metavar="MS",
+        help="longest a connection may take to send a complete request (TLS handshake and "
+        "headers), or stay idle between requests, before it is closed "
+        f"(env GPU_EXPORTER_HTTP_TIMEOUT; default {DEFAULT_HTTP_TIMEOUT_MS})",
     )
     _kube_flags(p)
     p.add_argument(
@@ -246,6 +263,14 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     level, _ = pick(args.log_level, "--log-level", "GPU_EXPORTER_LOG_LEVEL")
     value, src = pick(args.web_config_file, "--web-config-file", "DCGM_EXPORTER_WEB_CONFIG_FILE")
     web_config = check_file(value, src, "web config file") if value else None
+    value, src = pick(args.max_connections, "--max-connections", "GPU_EXPORTER_MAX_CONNECTIONS")
+    max_conns = DEFAULT_MAX_CONNECTIONS
+    if value is not None:
+        max_conns = parse_count(value, src, "a connection limit", 1, 1_000_000)
+    value, src = pick(args.http_timeout, "--http-timeout", "GPU_EXPORTER_HTTP_TIMEOUT")
+    http_timeout = DEFAULT_HTTP_TIMEOUT_MS
+    if value is not None:
+        http_timeout = parse_count(value, src, "a timeout in milliseconds", 100, 3_600_000)
     hostname = node_name(env.get("NODE_NAME"))
     return Config(
         host=host,
@@ -261,6 +286,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         check=args.check,
         web_config_file=web_config,
         kube=_kube_config(args, env, hostname),
+        max_connections=max_conns,
+        http_timeout_s=http_timeout / 1000,
     )
 
 

@@ -62,6 +62,20 @@ class Collector:
         self._down_reason = ""
         self._inventory = Inventory()
 
+    def set_catalog(self, catalog: Catalog) -> None:
+        """Read the fields ``catalog`` lists from the next cycle on (metrics-file reload).
+
+        Call it between cycles, never while the worker thread runs one. What is
+        known about devices (identities, unsupported fields, GPM samples, XID
+        counts) is kept; label fields that changed are read again.
+        """
+        fields = [m.field for m in catalog.metrics]
+        self.reader.set_fields(fields)
+        self.gpm.fields = [f for f in fields if f.source is Source.GPM]
+        self.enumerator.set_label_fields([m.field for m in catalog.labels])
+        if self.xid is None and any(f.source is Source.XID for f in fields):
+            self.xid = XidWatcher(self.session)
+
     def close(self) -> None:
         if self.xid is not None:
             self.xid.stop()

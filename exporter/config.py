@@ -12,6 +12,8 @@ DEFAULT_ADDRESS = ":9400"
 DEFAULT_INTERVAL_MS = 30000
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MIN_INTERVAL_MS = 100  # GPM needs samples at least 100 ms apart
+DEFAULT_MAX_CONNECTIONS = 512
+DEFAULT_HTTP_TIMEOUT_MS = 15000
 
 
 class ConfigError(ValueError):
@@ -55,6 +57,8 @@ class Config:
     check: bool = False
     web_config_file: str | None = None
     kube: KubeConfig | None = None  # pod attribution, with -k/--kubernetes
+    max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections open at once
+    http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_MS / 1000  # to send a request, or idle
 
 
 def parse_address(value: str, source: str) -> tuple[str, int]:
@@ -80,6 +84,17 @@ def parse_interval(value: str, source: str) -> float:
             f"at least {MIN_INTERVAL_MS} (default {DEFAULT_INTERVAL_MS})"
         )
     return ms / 1000
+
+
+def parse_count(value: str, source: str, what: str, lo: int, hi: int) -> int:
+    """A whole number from ``lo`` to ``hi``; ConfigError naming the input otherwise."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = lo - 1
+    if not lo <= n <= hi:
+        raise ConfigError(f"{source}: {value!r} is not {what}; give a number from {lo} to {hi}")
+    return n
 
 
 def check_file(path: str, source: str, what: str) -> str:

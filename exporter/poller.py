@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
+
 
 @dataclass(frozen=True, slots=True)
 class Exposition:
@@ -39,7 +41,7 @@ class Exposition:
     @classmethod
     def of(cls, text: str) -> Exposition:
         data = text.encode()
-        return cls(data, gzip.compress(data, compresslevel=6, mtime=0))
+        return cls(data, gzip.compress(data, compresslevel=1, mtime=0))
 
 
 class Poller:
@@ -64,9 +66,25 @@ class Poller:
         self.last_ok_monotonic: float | None = None
         self.stuck = ""  # why the current cycle has not finished, when it overran
         self._pending: Future[Snapshot] | None = None
+        self._next_catalog: Catalog | None = None
+        self._stuck_logged = float("-inf")
+        self._crash_logged = ""
         self.exposition = Exposition.of(self.selfmetrics.render())
         self.cycles = 0
         self.xids = XidCounter()
+
+    @property
+    def busy(self) -> bool:
+        """Whether the worker thread is still inside a cycle (an NVML call may hang)."""
+        return self._pending is not None and not self._pending.done()
+
+    def reload(self, catalog: Catalog) -> None:
+        """Collect and render ``catalog`` from the next cycle on (SIGHUP, reload.py).
+
+        Taking effect between cycles means every exposition is rendered from one
+        catalog: scrapes see the old series set until the new one is complete.
+        """
+        self._next_catalog = catalog
 
     async def run(self) -> None:
         """Collect forever at the interval (cancel the task to stop)."""
@@ -82,15 +100,18 @@ class Poller:
 
     async def cycle(self) -> None:
         """One collection: submit to the worker unless it is still busy, then publish."""
-        if self._pending is not None and not self._pending.done():
+        if self.busy:
             self.selfmetrics.collections["skipped"] += 1
             self.stuck = (
                 f"collection has not finished for {time.monotonic() - self._started:.0f} s "
                 f"(busy reading {self.collector.busy_with or 'NVML'})"
             )
-            log.warning("%s; serving the last snapshot", self.stuck)
+            self._warn_stuck()
             self._publish_self()
             return
+        if self._next_catalog is not None:
+            self.catalog, self._next_catalog = self._next_catalog, None
+            self.collector.set_catalog(self.catalog)
         self._started = time.monotonic()
         self._pending = self.executor.submit(self.collector.collect)
         try:
@@ -103,13 +124,32 @@ class Poller:
                 f"collection exceeded {self.timeout_s:g} s "
                 f"(busy reading {self.collector.busy_with or 'NVML'})"
             )
-            log.warning("%s; serving the last snapshot", self.stuck)
+            self._warn_stuck()
             self._publish_self()
             return
+        except Exception as e:  # a bug or an NVML answer nobody planned for
+            # The loop must outlive it (a dead loop fails /health and restarts the pod):
+            # count it, keep serving the last exposition, and try again next interval.
+            self.selfmetrics.collections["failure"] += 1
+            if str(e) != self._crash_logged:
+                self._crash_logged = str(e)
+                log.exception("collection cycle failed; serving the last snapshot")
+            self._publish_self()
+            return
+        if self.stuck:
+            log.warning("collection cycles finish again")
+            self._stuck_logged = float("-inf")
         self.stuck = ""
         if self.attribution is not None:
             await self.attribution.refresh(snap)
         self.publish(snap)
+
+    def _warn_stuck(self) -> None:
+        """Log a hung cycle once a minute, not once per interval."""
+        now = time.monotonic()
+        if now - self._stuck_logged >= STUCK_LOG_S:
+            self._stuck_logged = now
+            log.warning("%s; serving the last snapshot", self.stuck)
 
     def publish(self, snap: Snapshot) -> None:
         """Render a snapshot into the exposition that scrapes serve."""

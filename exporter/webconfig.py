@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import hashlib
 import logging
@@ -28,6 +27,7 @@ import bcrypt
 import yaml
 from aiohttp import web
 
+from exporter import reload
 from exporter.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def load(path: str) -> Loaded:
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as e:
-        raise WebConfigError(f"web config {path}: not valid YAML: {e}", seen) from e
+        raise WebConfigError(f"web config {path}: not valid YAML: {_yaml_problem(e)}", seen) from e
     try:
         cfg = parse(data, path)
     except ValueError as e:
@@ -199,6 +199,14 @@ def load(path: str) -> Loaded:
         except ValueError as e:
             raise WebConfigError(f"web config {path}: {e}", seen) from e
     return Loaded(cfg, context, seen)
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """What is wrong and where, without PyYAML's snippet of the file: the line it quotes
+    may hold a password hash (or a password put there by mistake), and this goes to the log."""
+    mark = getattr(e, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{getattr(e, 'problem', None) or type(e).__name__}{where}"
 
 
 def parse(data: Any, path: str) -> WebConfig:
@@ -522,7 +530,7 @@ def _basic_credentials(header: str | None) -> tuple[str | None, bytes]:
         decoded = base64.b64decode(value.strip(), validate=True)
         user, sep, password = decoded.partition(b":")
         return (user.decode() if sep else None), password
-    except (binascii.Error, UnicodeDecodeError):
+    except ValueError:  # binascii.Error, UnicodeDecodeError, and non-ASCII text (a 500 before)
         return None, b""
 
 
@@ -569,9 +577,12 @@ async def _watching(app: web.Application) -> AsyncIterator[None]:
     wake = asyncio.Event()
     loop = asyncio.get_running_loop()
     hup = False
-    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-        loop.add_signal_handler(signal.SIGHUP, wake.set)
-        hup = True
+    # one SIGHUP handler per process: share the app's (reload.py) when it has one
+    unsubscribe = reload.subscribe(app, wake.set)
+    if unsubscribe is None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, wake.set)
+            hup = True
 
     async def watch() -> None:
         while True:
@@ -589,6 +600,8 @@ async def _watching(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    if unsubscribe is not None:
+        unsubscribe()
     if hup:
         loop.remove_signal_handler(signal.SIGHUP)
 

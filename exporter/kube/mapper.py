@@ -28,6 +28,7 @@ NVIDIA_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*
 DRA_DRIVER = "gpu.nvidia.com"
 MAX_BACKOFF_S = 60.0
 GRACE_S = 30.0  # a kubelet restart removes its socket for a moment: keep labels that long
+LOGGED_MAX = 1024  # unmatched IDs remembered as logged; MIG churn makes new ones forever
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,10 +147,17 @@ class Mapper:
         if key is None:
             self.unmatched[resource] += 1
             if device_id not in self._logged:
-                self._logged.add(device_id)
+                self._remember(device_id)
                 why = "unknown ID form" if ref is None else "no such GPU or MIG instance here"
                 log.warning("device ID %r of %s matches no device (%s)", device_id, resource, why)
         return key
+
+    def _remember(self, device_id: str) -> None:
+        """Note an ID as logged; past LOGGED_MAX the memory starts over (an ID may be logged
+        again, once) so that IDs of instances long gone do not pile up."""
+        if len(self._logged) >= LOGGED_MAX:
+            self._logged.clear()
+        self._logged.add(device_id)
 
     def _dra_key(self, resolver: ids.Resolver, cr: Any) -> str | None:
         dev = (
@@ -161,7 +169,7 @@ class Mapper:
         if dev is None or not dev.uuid:
             self.unmatched["dra:" + cr.driver_name] += 1
             if name not in self._logged:
-                self._logged.add(name)
+                self._remember(name)
                 log.warning("DRA device %s has no ResourceSlice with a UUID (yet)", name)
             return None
         return self._resolve(resolver, "dra:" + cr.driver_name, dev.uuid)

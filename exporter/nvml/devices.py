@@ -100,6 +100,13 @@ class Enumerator:
         self._mig: dict[str, Device] = {}  # MIG UUID -> instance
         self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
 
+    def set_label_fields(self, fields: Iterable[Field]) -> None:
+        """Label fields to read from now on; identities are read again if they changed."""
+        fields = tuple(fields)
+        if fields != self.label_fields:
+            self.label_fields = fields
+            self.reset()
+
     def reset(self) -> None:
         """Forget handles (after NVML was re-initialised, old handles are invalid)."""
         self._known.clear()
@@ -132,7 +139,17 @@ class Enumerator:
                 instances.extend(mig)
         present = {g.key for g in gpus}
         lost = tuple(d for k, d in self._seen.items() if k not in present)
+        self._prune_instances(instances)
         return Inventory(tuple(gpus), frozenset(mig_enabled), tuple(instances), lost)
+
+    def _prune_instances(self, instances: list[Device]) -> None:
+        """Forget MIG instances this pass did not find.
+
+        Each new MIG layout brings new instance UUIDs; without this, every
+        reconfiguration would leave its old instances here for good.
+        """
+        if len(self._mig) != len(instances):
+            self._mig = {m.key: m for m in instances}
 
     def _gpu(self, index: int) -> Device:
         s = self.session

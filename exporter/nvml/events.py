@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 NO_INSTANCE = 0xFFFFFFFF
 WAIT_MS = 500
+LOG_EVERY_S = 60.0
+"""An XID repeating on a device is logged at most once per this many seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,7 @@ class XidWatcher:
         self._by_handle: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._logged: dict[tuple[str, int | None, int], tuple[float, int]] = {}
         self.healthy = True
 
     def watch(self, gpus: Sequence[Device]) -> None:
@@ -108,11 +112,32 @@ class XidWatcher:
             return
         gi = None if data.gpuInstanceId == NO_INSTANCE else int(data.gpuInstanceId)
         xid = int(data.eventData)
+        key = (uuid, gi, xid)
         with self._lock:
-            self._counts[(uuid, gi, xid)] += 1
+            self._counts[key] += 1
             self._last[uuid] = xid
+            total = self._counts[key]
         self.healthy = True
-        log.warning("XID %d on %s%s", xid, uuid, "" if gi is None else f" GPU instance {gi}")
+        self._log(key, total)
+
+    def _log(self, key: tuple[str, int | None, int], total: int) -> None:
+        """Log an XID, at most once per LOG_EVERY_S per (GPU, instance, XID).
+
+        During a storm (thousands a second) every event is still counted; the
+        log says how many arrived since its previous line instead of repeating.
+        """
+        now = time.monotonic()
+        at, logged_total = self._logged.get(key, (-LOG_EVERY_S, 0))
+        if now - at < LOG_EVERY_S:
+            return
+        self._logged[key] = (now, total)
+        uuid, gi, xid = key
+        where = "" if gi is None else f" GPU instance {gi}"
+        more = total - logged_total - 1
+        if more > 0:
+            log.warning("XID %d on %s%s (%d more since the last report)", xid, uuid, where, more)
+        else:
+            log.warning("XID %d on %s%s", xid, uuid, where)
 
     def state(self) -> XidState:
         with self._lock:

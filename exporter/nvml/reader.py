@@ -53,11 +53,16 @@ class FieldReader:
 
     def __init__(self, session: Session, fields: Iterable[Field]) -> None:
         self.session = session
+        self._plans: dict[tuple[str, Scope], _Plan] = {}
+        self._off: dict[str, set[str]] = {}
+        self.set_fields(fields)
+
+    def set_fields(self, fields: Iterable[Field]) -> None:
+        """Read these fields from now on; what devices lack stays known."""
         fields = [f for f in fields if f.source in (Source.FIELD, Source.CALL)]
         self.device_fields = [f for f in fields if f.scope is Scope.DEVICE]
         self.instance_fields = [f for f in fields if f.scope is Scope.INSTANCE]
-        self._plans: dict[tuple[str, Scope], _Plan] = {}
-        self._off: dict[str, set[str]] = {}
+        self._plans.clear()
 
     def forget(self, keys: Iterable[str]) -> None:
         """Drop plans of devices that went away (a new MIG layout, a re-initialised driver)."""

@@ -55,6 +55,7 @@ class SimDriver:
             self._register(gpu)
         self.init_count = 0
         self.unloaded_until = -_INF
+        self.unloaded_code = pynvml.NVML_ERROR_DRIVER_NOT_LOADED  # what calls return meanwhile
         self.slow_rules: dict[str, list[tuple[int | None, float, float, float]]] = {}
         self.unsupported_functions: set[str] = set()  # node-wide not_supported faults
         self.events = EventHub()
@@ -143,13 +144,20 @@ class SimDriver:
             self.slow_rules.setdefault(f.function, []).append((f.gpu, f.seconds, f.at, end))
         elif f.kind == "driver_unloaded":
             self.unloaded_until = max(self.unloaded_until, end)
+            self.unloaded_code = getattr(pynvml, f"NVML_ERROR_{f.code or 'DRIVER_NOT_LOADED'}")
+            if f.code == "UNINITIALIZED":
+                self.init_count = 0  # NVML was shut down: calls fail until nvmlInit
+            for es in self.events.sets.values():  # a reloaded driver knows no old event set
+                es.freed = True
+            self.events.sets.clear()
         elif f.kind == "xid":
             mig = gpu.mig_by_gi(f.gi) if f.gi is not None else None
             ci = mig.ci if mig is not None else 0
             for _ in range(f.count):
                 self.events.publish(gpu, XID, f.xid, f.at, f.gi, ci if f.gi is not None else None)
         elif f.kind == "mig_reconfigure":
-            gpu.reconfigure(f.mig)
+            for m in gpu.reconfigure(f.mig):
+                self.handles.pop(m.key, None)  # unknown handles: INVALID_ARGUMENT, as stale ones
             for m in gpu.migs:
                 self._register(m)
             self.events.publish(gpu, pynvml.nvmlEventMigConfigChange, 0, f.at)

@@ -124,7 +124,7 @@ def event_set_wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: A
             if now >= drv.next_fault_at:
                 drv.apply_due(now)
             if now < drv.unloaded_until:
-                return pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+                return drv.unloaded_code
             if not drv.init_count:
                 return pynvml.NVML_ERROR_UNINITIALIZED
             es = drv.events.sets.get(key)

@@ -15,12 +15,15 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {
     "not_supported": ("function", "field"),
     "xid": ("xid", "gi", "count"),
     "slow": ("function", "seconds", "duration"),
-    "driver_unloaded": ("duration",),
+    "driver_unloaded": ("duration", "code"),
     "mig_reconfigure": ("mig",),
     "ecc_dbe": ("count",),
     "overheat": ("temp_c", "duration"),
 }
 _GPU_REQUIRED = {"lost", "xid", "mig_reconfigure", "ecc_dbe", "overheat"}
+# What a driver_unloaded fault's calls return: the module unloaded, user space and kernel
+# module from different driver versions (mid-upgrade), NVML shut down under the caller.
+DRIVER_CODES = ("DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "UNINITIALIZED")
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Fault:
     duration: float | None = None
     temp_c: float | None = None
     mig: Any = None
+    code: str | None = None
 
     def as_raw(self) -> dict[str, Any]:
         """The fault as a fleet-file mapping (only the keys that were set)."""
@@ -130,6 +134,9 @@ def parse_fault(
         values["duration"] = get("duration", reader.number, lo=0)
         if values["duration"] is None:
             reader.fail(path, "driver_unloaded faults need 'duration' (seconds until it is back)")
+        values["code"] = get("code", reader.string)
+        if values["code"] not in (None, *DRIVER_CODES):
+            reader.fail(join(path, "code"), f"use one of {', '.join(DRIVER_CODES)}")
     elif kind == "mig_reconfigure":
         if "mig" not in raw:
             reader.fail(path, "mig_reconfigure faults need 'mig' (the new layout, or false)")

@@ -26,7 +26,6 @@ SUCCESS = pynvml.NVML_SUCCESS
 UNINITIALIZED = pynvml.NVML_ERROR_UNINITIALIZED
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
-DRIVER_NOT_LOADED = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
 GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 
 
@@ -84,7 +83,7 @@ def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., in
             if now >= driver.next_fault_at:
                 driver.apply_due(now)
             if now < driver.unloaded_until:
-                return DRIVER_NOT_LOADED
+                return driver.unloaded_code
             if not driver.init_count:
                 return UNINITIALIZED
             if name in driver.unsupported_functions:
@@ -114,7 +113,7 @@ def _device_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., in
             if now >= driver.next_fault_at:
                 driver.apply_due(now)
             if now < driver.unloaded_until:
-                return DRIVER_NOT_LOADED
+                return driver.unloaded_code
             if not driver.init_count:
                 return UNINITIALIZED
             try:

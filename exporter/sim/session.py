@@ -30,7 +30,7 @@ def _init(drv: SimDriver) -> int:
         if now >= drv.next_fault_at:
             drv.apply_due(now)
         if now < drv.unloaded_until:
-            return pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+            return drv.unloaded_code
         if drv.closed:
             return pynvml.NVML_ERROR_UNINITIALIZED
         drv.init_count += 1
@@ -52,7 +52,7 @@ def shutdown(drv: SimDriver) -> int:
     with drv.lock:
         now = drv.now()
         if now < drv.unloaded_until:
-            return pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+            return drv.unloaded_code
         if not drv.init_count:
             return pynvml.NVML_ERROR_UNINITIALIZED
         drv.init_count -= 1

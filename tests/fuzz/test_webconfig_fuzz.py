@@ -1,0 +1,92 @@
+"""The web config on any input: a config or one WebConfigError, nothing else; and the
+Authorization header parser on any header."""
+
+from __future__ import annotations
+
+import base64
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter import webconfig
+from tests.fuzz.strategies import FAST, TEXT, yaml_like
+
+KEYS = sorted(
+    webconfig.TOP_KEYS
+    | webconfig.TLS_KEYS
+    | webconfig.HTTP_KEYS
+    | set(webconfig.HEADERS)
+    | {"prometheus", "tls.crt", "tls.key", "ca.crt", "TLS12", "TLS13", "NoClientCert"}
+    | {"RequireAndVerifyClientCert", "deny", "nosniff", "$2y$04$" + "a" * 53}
+)
+SHAPED = st.fixed_dictionaries(
+    {},
+    optional={
+        "tls_server_config": yaml_like(KEYS),
+        "http_server_config": st.one_of(
+            st.fixed_dictionaries(
+                {}, optional={"headers": yaml_like(KEYS), "http2": yaml_like(KEYS)}
+            ),
+            yaml_like(KEYS),
+        ),
+        "basic_auth_users": st.one_of(
+            st.dictionaries(TEXT, yaml_like(KEYS), max_size=3), yaml_like(KEYS)
+        ),
+    },
+)
+
+
+@FAST
+@given(st.one_of(SHAPED, yaml_like(KEYS)))
+def test_any_parsed_yaml_gives_a_config_or_value_error(tmp_path_factory, data):
+    folder = tmp_path_factory.mktemp("web")
+    try:
+        cfg = webconfig.parse(data, str(folder / "web.yaml"))
+    except ValueError as e:
+        assert str(e)
+        return
+    assert all(name in webconfig.HEADERS for name in cfg.headers)
+    assert all(h.startswith(b"$2") for h in cfg.users.values())
+
+
+@FAST
+@given(st.one_of(TEXT, st.binary(max_size=300)))
+def test_any_file_loads_or_raises_web_config_error(tmp_path_factory, content):
+    path = tmp_path_factory.mktemp("web") / "web.yaml"
+    if isinstance(content, str):
+        content = content.encode("utf-8", "surrogatepass")
+    path.write_bytes(content)
+    try:
+        webconfig.load(str(path))
+    except webconfig.WebConfigError as e:
+        assert str(e).startswith(f"web config {path}: ")
+        assert e.fingerprint  # what it read, so a retry waits for a change
+
+
+@FAST
+@given(
+    st.one_of(
+        st.none(),
+        TEXT,
+        TEXT.map(lambda t: "Basic " + t),
+        st.binary().map(lambda b: "Basic " + base64.b64encode(b).decode()),
+    )
+)
+def test_any_authorization_header_parses_or_is_refused(header):
+    user, password = webconfig._basic_credentials(header)
+    assert user is None or isinstance(user, str)
+    assert isinstance(password, bytes)
+
+
+@FAST
+@given(st.text(min_size=1).filter(lambda u: ":" not in u), st.binary())
+def test_credentials_come_back_as_sent(user, password):
+    header = (
+        "Basic "
+        + base64.b64encode(user.encode("utf-8", "surrogatepass") + b":" + password).decode()
+    )
+    try:
+        user.encode("utf-8")
+    except UnicodeEncodeError:
+        return  # lone surrogates are not sendable
+    assert webconfig._basic_credentials(header) == (user, password)

@@ -1,0 +1,201 @@
+"""Kubelet and API-server faults end to end, seen from the GPU series: whatever they do,
+every GPU and MIG instance keeps its series and fresh values, and scrapes stay fast.
+
+tests/kube/test_mapper.py checks each kubelet fault's handling (backoff, last good map
+kept, grace period), tests/kube/test_attribution_e2e.py a restart and a missing socket
+through /ready, tests/kube/test_apiserver.py each API-server fault in the watcher; these
+run them one after another against one exporter and check that no GPU series goes
+missing at any point.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+
+import pytest
+
+from tests.exposition import find
+from tests.kube.fakeapi import FakeAPIServer
+from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
+from tests.procs import ROOT, http_get, wait_until
+from tests.reliability.harness import Node
+
+ENTITIES = 6 + 7 + 4  # whole GPUs 0-5, seven instances on GPU 6, four on GPU 7
+
+
+@pytest.fixture
+def kubelet(tmp_path):
+    k = FakeKubelet(tmp_path / "kubelet.sock", load_pods("default-node.yaml", fleet_ids(None)))
+    k.start()
+    yield k
+    k.close()
+
+
+def kubeconfig(path, url: str):
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": url}}],
+                "users": [{"name": "exporter", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "exporter"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    return path
+
+
+class Watch(threading.Thread):
+    """Scrapes every 100 ms and notes any scrape that lacks a device or is slow."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(daemon=True)
+        self.node = node
+        self.stop = threading.Event()
+        self.problems: list[str] = []
+        self.scrapes = 0
+        self.slowest = 0.0
+        self.last_success: list[float] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.perf_counter()
+            status, _, body = http_get(self.node.url + "/metrics", timeout=2)
+            took = time.perf_counter() - t0
+            self.slowest = max(self.slowest, took)
+            self.scrapes += 1
+            text = body.decode()
+            fb = find(text, "DCGM_FI_DEV_FB_USED")
+            if status != 200 or len(fb) != ENTITIES:
+                self.problems.append(f"status {status}, {len(fb)} FB_USED series")
+            ts = find(text, "gpu_exporter_last_collection_success_timestamp_seconds")
+            self.last_success.append(ts[0].value)
+            time.sleep(0.1)
+
+
+def test_gpu_series_survive_every_kubelet_fault(tmp_path, kubelet):
+    node = Node(
+        tmp_path / "log", "-c", "300", "-k", "--pod-resources-kubelet-socket",
+        str(kubelet.socket_path),
+    )  # fmt: skip
+    node.wait_ready()
+    wait_until(lambda: 'pod="train-0"' in node.metrics(), 10, "pod labels")
+    watch = Watch(node)
+    watch.start()
+    steps = []
+
+    def step(name: str, until, timeout: float = 15) -> None:
+        t0 = time.monotonic()
+        wait_until(until, timeout, name)
+        steps.append(f"{name} {time.monotonic() - t0:.1f} s")
+
+    def kubelet_up() -> float:
+        return find(node.metrics(), "gpu_exporter_kubelet_up")[0].value
+
+    def labelled() -> bool:
+        return kubelet_up() == 1 and 'pod="train-0"' in node.metrics()
+
+    try:
+        for mode, needle in (
+            ("slow", b"DEADLINE_EXCEEDED"),
+            ("malformed", b"not a valid"),
+            ("exhausted", b"RESOURCE_EXHAUSTED"),
+        ):
+            kubelet.mode, kubelet.delay = mode, 8.0
+            step(f"{mode}: noticed", lambda n=needle: n in node.get("/ready")[2])
+            assert 'pod="train-0"' in node.metrics()  # the last good map stays in use
+            kubelet.mode = "ok"
+            step(f"{mode}: labels back", labelled, 30)
+        kubelet.stop(remove_socket=False)  # kubelet down, its socket file left behind
+        step("down: noticed", lambda: kubelet_up() == 0)
+        kubelet.start()
+        step("down: back", labelled, 70)
+        kubelet.restart()  # socket removed and created again
+        step("restart: labels", labelled, 70)
+        kubelet.stop()  # socket gone for good: labels dropped after the grace period
+        step("socket gone: noticed", lambda: b"does not exist" in node.get("/ready")[2])
+        assert node.get("/ready")[0] == 200  # still ready: GPU metrics do not need pods
+    finally:
+        watch.stop.set()
+        watch.join(5)
+        node.stop()
+    assert not watch.problems, watch.problems[:5]
+    assert watch.scrapes > 50
+    assert watch.slowest < 0.5, watch.slowest
+    # collection kept succeeding: the success time never stood still for long, except
+    # while a List hung until its 5 s timeout (slow kubelet), once per backoff period
+    gaps = [b - a for a, b in itertools.pairwise(watch.last_success) if b > a]
+    assert max(gaps) < 7.0, max(gaps)
+    print(
+        f"\nkubelet faults ({'; '.join(steps)}): {watch.scrapes} scrapes, all with "
+        f"{ENTITIES} devices; slowest {watch.slowest * 1000:.0f} ms; longest gap between "
+        f"fresh collections {max(gaps):.1f} s"
+    )
+
+
+def test_gpu_series_survive_every_api_server_fault(tmp_path, kubelet):
+    """Watches broken, history compacted (410 Gone), a stalled watch, the API server
+    down and back: the per-container split of the shared GPUs keeps the last known pods,
+    gpu_exporter_kube_api_up says what is going on, and the GPU series never notice."""
+    import yaml
+
+    fix = ROOT / "tests" / "fixtures" / "timeslice"
+    pods = [d for d in yaml.safe_load_all((fix / "pods.yaml").read_text()) if d]
+    api = FakeAPIServer(pods=pods).start()
+    node = Node(
+        tmp_path / "log", "-c", "300", "-k", "--pod-resources-kubelet-socket",
+        str(kubelet.socket_path), "--host-proc", str(fix / "proc"),
+        env={"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url)),
+             "KUBERNETES_SERVICE_HOST": ""},
+    )  # fmt: skip
+    split = 'gpu_exporter_container_fb_used_mib{gpu="1"'
+
+    def api_up() -> float:
+        return find(node.metrics(), "gpu_exporter_kube_api_up")[0].value
+
+    def joined() -> bool:
+        text = node.metrics()
+        return api_up() == 1 and 'pod="batch-a"' in text and split in text
+
+    watch = None
+    try:
+        node.wait_ready()
+        wait_until(joined, 15, "shared-GPU split joined to pods")
+        watch = Watch(node)
+        watch.start()
+        lists = api.count("/api/v1/pods", watch=False)
+        api.break_watches()
+        wait_until(lambda: api.count("/api/v1/pods", watch=True) >= 2, 10, "watch again")
+        # changes the watch never delivers, then history compacted past them: 410 Gone
+        api.freeze()
+        api.add(dict(pods[0], metadata={**pods[0]["metadata"], "name": "extra", "uid": "e" * 8}))
+        api.compact()
+        api.break_watches()
+        api.thaw()
+        wait_until(lambda: api.count("/api/v1/pods", watch=False) > lists, 15, "a relist")
+        wait_until(joined, 10, "synced again after the relist")
+        api.stop()  # down: the last pods stay in use
+        wait_until(lambda: api_up() == 0, 20, "the API server noticed down")
+        assert 'pod="batch-a"' in node.metrics()
+        assert node.get("/ready")[0] == 200
+        api.start()
+        wait_until(joined, 40, "the API server back")
+    finally:
+        if watch is not None:
+            watch.stop.set()
+            watch.join(5)
+        node.stop()
+        api.stop()
+    assert not watch.problems, watch.problems[:5]
+    assert watch.slowest < 0.5, watch.slowest
+    gaps = [b - a for a, b in itertools.pairwise(watch.last_success) if b > a]
+    assert max(gaps) < 2.0, max(gaps)  # the API server is never waited on by a cycle
+    print(
+        f"\nAPI-server faults: {watch.scrapes} scrapes, all with {ENTITIES} devices; slowest "
+        f"{watch.slowest * 1000:.0f} ms; longest gap between fresh collections {max(gaps):.1f} s"
+    )
