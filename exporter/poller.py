@@ -69,8 +69,9 @@ class Poller:
         self._next_catalog: Catalog | None = None
         self._stuck_logged = float("-inf")
         self._crash_logged = ""
+        self._started = 0.0  # monotonic start of the cycle in the worker
+        self._dcgm = ""  # DCGM part of the exposition, from the last published snapshot
         self.exposition = Exposition.of(self.selfmetrics.render())
-        self.cycles = 0
         self.xids = XidCounter()
 
     @property
@@ -155,7 +156,6 @@ class Poller:
         """Render a snapshot into the exposition that scrapes serve."""
         sm = self.selfmetrics
         self.snapshot = snap
-        self.cycles += 1
         s = self.collector.session
         sm.snapshot = snap
         sm.nvml_up = s.up
@@ -181,8 +181,7 @@ class Poller:
     def _publish_self(self) -> None:
         sm = self.selfmetrics
         sm.nvml_errors = self.collector.session.error_counts()
-        dcgm = getattr(self, "_dcgm", "")
-        self.exposition = Exposition.of(dcgm + sm.render())
+        self.exposition = Exposition.of(self._dcgm + sm.render())
 
     def readiness(self) -> tuple[bool, list[str]]:
         """(ready, reasons and details) for /ready."""

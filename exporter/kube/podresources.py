@@ -29,7 +29,7 @@ class KubeletUnavailable(Exception):
 
 
 class PodResourcesClient:
-    """``List`` (and ``GetAllocatableResources``) against one kubelet socket."""
+    """``List`` against one kubelet socket."""
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout_s: float = 5.0) -> None:
         self.socket_path = socket_path
@@ -60,10 +60,6 @@ class PodResourcesClient:
     async def list(self) -> pb.ListPodResourcesResponse:
         """Every pod's resources on this node."""
         return await self._call("List", pb.ListPodResourcesRequest())
-
-    async def allocatable(self) -> pb.AllocatableResourcesResponse:
-        """Devices the kubelet can hand out on this node."""
-        return await self._call("GetAllocatableResources", pb.AllocatableResourcesRequest())
 
     async def _call(self, method: str, request: object) -> object:
         if not os.path.exists(self.socket_path):

@@ -86,7 +86,7 @@ class FieldReader:
             try:
                 raw = self.session.call(call, dev.handle)
             except Unavailable as e:
-                self._disable(dev, scope, fields, str(e))
+                self._disable(dev, fields, str(e))
                 continue
             except RuntimeError:
                 continue  # counted by the session; try again next cycle
@@ -94,7 +94,7 @@ class FieldReader:
                 try:
                     out[f.name] = f.convert(f.pick(raw) if f.pick else raw)
                 except (AttributeError, TypeError, IndexError) as e:
-                    self._disable(dev, scope, [f], f"unexpected result: {e}")
+                    self._disable(dev, [f], f"unexpected result: {e}")
         return out
 
     def _batch(self, dev: Device, plan: _Plan, out: dict[str, Value]) -> None:
@@ -103,7 +103,7 @@ class FieldReader:
         except N.NVMLError as e:
             err = self.session.failure("nvmlDeviceGetFieldValues", e)
             if isinstance(err, Unavailable):
-                self._disable(dev, None, plan.batch, str(err))
+                self._disable(dev, plan.batch, str(err))
                 return
             if isinstance(err, RuntimeError):
                 return
@@ -126,9 +126,9 @@ class FieldReader:
             if total is not None:
                 out[f.name] = f.convert(total)
         for f, why in lacking:
-            self._disable(dev, None, [f], why)
+            self._disable(dev, [f], why)
 
-    def _disable(self, dev: Device, scope: Scope | None, fields: list[Field], why: str) -> None:
+    def _disable(self, dev: Device, fields: list[Field], why: str) -> None:
         off = self._off.setdefault(dev.key, set())
         for f in fields:
             if f.name not in off:
@@ -136,10 +136,6 @@ class FieldReader:
                 log.info("%s not available on %s: %s; omitted", f.name, _where(dev), why)
         for s in Scope:
             self._plans.pop((dev.key, s), None)
-
-    def unavailable(self) -> dict[str, set[str]]:
-        """Field names each device (by key) cannot serve."""
-        return {k: set(v) for k, v in self._off.items()}
 
 
 def _value(v: Any, f: Field) -> Value:

@@ -2,10 +2,6 @@
 
 import pytest
 
-from exporter import sim
-from exporter.catalog import load
-from exporter.collector import Collector
-from exporter.config import default_metrics_file
 from exporter.kube.ids import DeviceRef, Resolver, parse
 
 
@@ -41,17 +37,10 @@ def test_unknown_forms(raw):
     assert parse(raw) is None
 
 
-def test_resolves_every_form_against_the_default_node():
-    driver = sim.install(None)
-    col = Collector(load(default_metrics_file()), "n")
-    try:
-        snap = col.collect()
-    finally:
-        col.close()
-        sim.uninstall()
-    gpus = {d.index: d for d in snap.gpus}
-    migs = {(d.index, d.gi): d for d in snap.entities if d.is_mig}
-    r = Resolver(snap.gpus, migs.values())
+def test_resolves_every_form_against_the_default_node(inventory):
+    gpus, migs = inventory
+    assert len(gpus) == 8
+    r = Resolver(gpus.values(), migs.values())
     g6 = gpus[6].uuid
     assert r.key(parse(gpus[0].uuid)) == gpus[0].key
     assert r.key(parse(gpus[0].uuid + "::2")) == gpus[0].key
@@ -62,4 +51,3 @@ def test_resolves_every_form_against_the_default_node():
     assert r.key(parse("nvidia9")) is None
     assert r.key(parse(f"MIG-{g6}/99/0")) is None
     assert r.key(DeviceRef("x")) is None
-    assert len(driver.gpus) == 8

@@ -4,27 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from exporter import sim
-from exporter.catalog import load
-from exporter.collector import Collector
-from exporter.config import default_metrics_file
 from exporter.kube.mapper import Mapper, Owner
 from exporter.kube.podresources import PodResourcesClient
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
-
-
-@pytest.fixture(scope="module")
-def inventory():
-    sim.install(None)
-    col = Collector(load(default_metrics_file()), "n")
-    try:
-        snap = col.collect()
-    finally:
-        col.close()
-        sim.uninstall()
-    gpus = {d.index: d for d in snap.gpus}
-    migs = {(d.index, d.gi): d for d in snap.entities if d.is_mig}
-    return gpus, migs
 
 
 @pytest.fixture
