@@ -71,6 +71,7 @@ class Poller:
         self._crash_logged = ""
         self._started = 0.0  # monotonic start of the cycle in the worker
         self._dcgm = ""  # DCGM part of the exposition, from the last published snapshot
+        self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
         self.exposition = Exposition.of(self.selfmetrics.render())
         self.xids = XidCounter()
 
@@ -156,6 +157,7 @@ class Poller:
         """Render a snapshot into the exposition that scrapes serve."""
         sm = self.selfmetrics
         self.snapshot = snap
+        self.cycles += 1
         s = self.collector.session
         sm.snapshot = snap
         sm.nvml_up = s.up
