@@ -123,7 +123,13 @@ class Collector:
         down: list[Device] = list(inv.lost)
         for d in inv.lost:
             problems.append(f"GPU {d.index} ({d.uuid}) is not answering (lost)")
-        t_fields = t_gpm = 0.0
+        t_fields = 0.0
+        p0 = time.perf_counter()  # GPM: first samples of new devices, so PROF_* come this cycle
+        self.gpm.prime(
+            [e for e in inv.entities() if self._quarantine.get((e.parent or e).key, 0.0) <= start],
+            start,
+        )
+        t_gpm = time.perf_counter() - p0
         gpus_ok: list[Device] = []
         by_parent: dict[str, list[Device]] = {}
         for m in inv.instances:
@@ -195,6 +201,7 @@ class Collector:
             results.append(CollectorResult("xid", ok, time.perf_counter() - x0, err))
         live = {d.key for d in gpus_ok}
         entities = tuple(e for e in inv.entities() if (e.parent or e).key in live)
+        self.session.summarize_unsupported()
         return Snapshot(
             taken_at=start,
             duration=time.perf_counter() - t0,

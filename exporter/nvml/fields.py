@@ -57,6 +57,8 @@ class Field:
     gpm_metric: int = 0
     scale: float = 1.0
     integer: bool = True  # DCGM exports this field as an integer
+    rate: float = 0.0  # > 0: DCGM serves the counter's change per second divided by this
+    exp: bool = False  # input of an exporter-made family (DCGM_EXP_*), not a series itself
 
     @property
     def is_label(self) -> bool:
@@ -76,10 +78,16 @@ def _add(f: Field) -> None:
 
 
 def _fid(
-    name: str, unit: str, *ids: int, scope_id: int = 0, scale: float = 1.0, integer: bool = True
+    name: str,
+    unit: str,
+    *ids: int,
+    scope_id: int = 0,
+    scale: float = 1.0,
+    integer: bool = True,
+    rate: float = 0.0,
 ) -> None:
     ids_ = tuple((i, scope_id) for i in ids)
-    _add(Field(name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer))
+    _add(Field(name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer, rate=rate))
 
 
 def _call(
@@ -206,12 +214,16 @@ _fid("DCGM_FI_DEV_ROW_REMAP_PENDING", "bool", N.NVML_FI_DEV_REMAPPED_PENDING)
 _fid("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", N.NVML_FI_DEV_REMAPPED_FAILURE)
 
 # --- NVLink (totals over all links) ---
+# Field 449 as DCGM computes it: NVML's cumulative TX+RX KiB counters, their change
+# between the last two samples per second, divided by 1000 (about MiB/s). No value
+# on a device's first sample.
 _fid(
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "KiB",
+    "1000 KiB/s",
     N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
     scope_id=ALL_LINKS,
+    rate=1000.0,
 )
 _fid("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "count", 38)
 _fid("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "count", 45)

@@ -2,20 +2,23 @@
 
 GPM needs two samples at least 100 ms apart. Each device keeps the sample of
 the previous cycle, so every cycle costs one sample and one metrics call per
-device, and the first values appear one interval after a device is first seen.
+device. A device seen for the first time (at start, or a MIG instance of a new
+layout) is primed: :meth:`GpmReader.prime` takes its first sample and waits
+MIN_GAP_S once for all such devices, so its values are in the same cycle.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 
 import pynvml as N
 
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Field, Source
-from exporter.nvml.session import Session, Unavailable
+from exporter.nvml.session import DeviceLost, DriverGone, Session, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -23,12 +26,13 @@ MIN_GAP_S = 0.1  # NVML needs samples at least this far apart
 
 
 class _State:
-    __slots__ = ("prev", "spare", "taken")
+    __slots__ = ("prev", "primed", "spare", "taken")
 
     def __init__(self) -> None:
         self.prev = N.nvmlGpmSampleAlloc()
         self.spare = N.nvmlGpmSampleAlloc()
         self.taken = 0.0
+        self.primed = False  # prev holds a sample taken MIN_GAP_S before this cycle's
 
     def free(self) -> None:
         for s in (self.prev, self.spare):
@@ -45,6 +49,7 @@ class GpmReader:
         self._support: dict[str, bool] = {}  # physical GPU UUID -> GPM supported
         self._state: dict[str, _State] = {}
         self._req: N.c_nvmlGpmMetricsGet_t | None = None
+        self.sleep: Callable[[float], None] = time.sleep  # waits between priming samples
 
     def supported(self, gpu: Device) -> bool:
         """Whether the physical GPU supports GPM (asked once per GPU)."""
@@ -57,13 +62,10 @@ class GpmReader:
                 if not isinstance(err, Unavailable):
                     raise err from None
                 ok = False
-            if not ok and self.fields:
-                log.info(
-                    "GPU %d (%s, %s): DCGM_FI_PROF_* fields need GPM (Hopper or newer); omitted",
-                    gpu.index,
-                    gpu.uuid,
-                    gpu.model,
-                )
+            if not ok:
+                where = f"GPU {gpu.index} ({gpu.uuid}, {gpu.model})"
+                for f in self.fields:
+                    self.session.unsupported_field(f.name, where, "needs GPM (Hopper or newer)")
             self._support[gpu.uuid] = ok
         return ok
 
@@ -78,28 +80,68 @@ class GpmReader:
     def close(self) -> None:
         self.forget(list(self._state))
 
+    def prime(self, devs: Sequence[Device], now: float) -> float:
+        """Take a first sample of every device not sampled yet, then wait MIN_GAP_S once.
+
+        The next :meth:`read` of those devices then has two samples and returns
+        values in this cycle. Returns the seconds waited (0 when no device was new).
+        Errors are left to :meth:`read`, which meets them again.
+        """
+        if not self.fields:
+            return 0.0
+        fresh = []
+        for dev in devs:
+            if dev.key in self._state or not self._supported_quietly(dev):
+                continue
+            try:
+                st = self._state[dev.key] = _State()
+                self._sample(dev, st.prev)
+            except N.NVMLError as e:
+                self.session.count("nvmlGpmSampleGet", e.value)
+                self.forget([dev.key])
+                continue
+            st.taken, st.primed = now, True
+            fresh.append(dev)
+        if not fresh:
+            return 0.0
+        self.sleep(MIN_GAP_S)
+        return MIN_GAP_S
+
+    def _supported_quietly(self, dev: Device) -> bool:
+        try:
+            return self.supported(dev.parent or dev)
+        except (DeviceLost, DriverGone, RuntimeError):  # read() meets it again and reports it
+            return False
+
+    @staticmethod
+    def _sample(dev: Device, sample: object) -> None:
+        if dev.parent is not None:
+            N.nvmlGpmMigSampleGet(dev.parent.handle, dev.gi, sample)
+        else:
+            N.nvmlGpmSampleGet(dev.handle, sample)
+
     def read(self, dev: Device, now: float) -> dict[str, float]:
         """Sample ``dev`` and return metrics against its previous sample ({} on the first)."""
         if not self.fields or not self.supported(dev.parent or dev):
             return {}
         st = self._state.get(dev.key)
         fresh = st is None
+        primed = st is not None and st.primed
         try:
             if st is None:
                 st = self._state[dev.key] = _State()
+            elif primed:
+                st.primed = False
             elif now - st.taken < MIN_GAP_S:
                 return {}
-            if dev.parent is not None:
-                N.nvmlGpmMigSampleGet(dev.parent.handle, dev.gi, st.spare)
-            else:
-                N.nvmlGpmSampleGet(dev.handle, st.spare)
+            self._sample(dev, st.spare)
         except N.NVMLError as e:
             return self._failed("nvmlGpmSampleGet", e)
         st.prev, st.spare = st.spare, st.prev
         st.taken = now
         if fresh:
             return {}
-        return self._metrics(st)
+        return self._metrics(st, quiet=primed)
 
     def _failed(self, function: str, e: N.NVMLError) -> dict[str, float]:
         """No GPM values this cycle for a call that failed (counted). A MIG instance
@@ -122,13 +164,18 @@ class GpmReader:
             self._req = req
         return self._req
 
-    def _metrics(self, st: _State) -> dict[str, float]:
+    def _metrics(self, st: _State, quiet: bool = False) -> dict[str, float]:
+        """Metrics between the two samples. ``quiet``: the pair came from priming; if
+        the driver finds it too close (a clock that did not move during the wait), the
+        values come next cycle and nothing is counted."""
         req = self._request()
         req.sample1 = st.spare  # older sample
         req.sample2 = st.prev
         try:
             N.nvmlGpmMetricsGet(req)
         except N.NVMLError as e:
+            if quiet and e.value == N.NVML_ERROR_INVALID_ARGUMENT:
+                return {}
             return self._failed("nvmlGpmMetricsGet", e)
         out = {}
         for i, f in enumerate(self.fields):

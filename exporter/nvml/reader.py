@@ -9,6 +9,7 @@ device cannot serve is logged once and never asked for again on that device.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +17,7 @@ import pynvml as N
 
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Call, Field, Scope, Source
+from exporter.nvml.rates import Sample, counter_rate
 from exporter.nvml.session import Session, Unavailable
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class FieldReader:
         self.session = session
         self._plans: dict[tuple[str, Scope], _Plan] = {}
         self._off: dict[str, set[str]] = {}
+        self._prev: dict[tuple[str, str], Sample] = {}  # (device key, field) -> last counter
         self.set_fields(fields)
 
     def set_fields(self, fields: Iterable[Field]) -> None:
@@ -68,6 +71,8 @@ class FieldReader:
         """Drop plans of devices that went away (a new MIG layout, a re-initialised driver)."""
         for key in keys:
             self._off.pop(key, None)
+            for name in [n for k, n in self._prev if k == key]:
+                del self._prev[(key, name)]
             for scope in Scope:
                 self._plans.pop((key, scope), None)
 
@@ -112,9 +117,11 @@ class FieldReader:
         lacking: list[tuple[Field, str]] = []
         for f in plan.batch:
             total: Value | None = 0
+            stamp_us = 0
             for _ in f.field_ids:
                 v = values[i]
                 i += 1
+                stamp_us = stamp_us or v.timestamp
                 if v.nvmlReturn != N.NVML_SUCCESS:
                     if v.nvmlReturn == N.NVML_ERROR_NOT_SUPPORTED:
                         lacking.append((f, f"field {v.fieldId}: NOT_SUPPORTED"))
@@ -123,17 +130,28 @@ class FieldReader:
                     total = None
                 elif total is not None:
                     total += _value(v, f)
-            if total is not None:
+            if total is not None and f.rate:
+                self._rate(dev, f, total, stamp_us, out)
+            elif total is not None:
                 out[f.name] = f.convert(total)
         for f, why in lacking:
             self._disable(dev, [f], why)
+
+    def _rate(self, dev: Device, f: Field, total: Value, stamp_us: int, out: dict) -> None:
+        """Publish a counter's rate against its previous sample (nothing on the first)."""
+        now = Sample(float(total), stamp_us / 1e6 if stamp_us else time.monotonic())
+        key = (dev.key, f.name)
+        r = counter_rate(self._prev.get(key), now, f.rate)
+        self._prev[key] = now
+        if r is not None:
+            out[f.name] = f.convert(r)
 
     def _disable(self, dev: Device, fields: list[Field], why: str) -> None:
         off = self._off.setdefault(dev.key, set())
         for f in fields:
             if f.name not in off:
                 off.add(f.name)
-                log.info("%s not available on %s: %s; omitted", f.name, _where(dev), why)
+                self.session.unsupported_field(f.name, _where(dev), why)
         for s in Scope:
             self._plans.pop((dev.key, s), None)
 

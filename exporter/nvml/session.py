@@ -64,6 +64,8 @@ class Session:
         self.driver_version = ""
         self.nvml_version = ""
         self.up = False
+        self.unsupported: dict[str, str] = {}  # field name -> where and why, first seen
+        self._summarized = False
 
     def open(self) -> None:
         """Initialise NVML; raises :class:`DriverGone` with NVML's reason if it cannot."""
@@ -112,6 +114,29 @@ class Session:
         """Count one failed call (gpu_exporter_nvml_errors_total)."""
         with self._lock:
             self.errors[(function, code_name(code))] += 1
+
+    def unsupported_field(self, name: str, where: str, why: str) -> None:
+        """Record a field a device cannot serve: logged at debug once per field, all GPUs."""
+        with self._lock:
+            if name in self.unsupported:
+                return
+            self.unsupported[name] = f"{where}: {why}"
+        log.debug("%s not available on %s: %s; omitted", name, where, why)
+
+    def summarize_unsupported(self) -> None:
+        """Log, once (after the first cycle), how many fields some device cannot serve."""
+        with self._lock:
+            if self._summarized:
+                return
+            self._summarized = True
+            names = sorted(self.unsupported)
+        if names:
+            log.info(
+                "%d enabled field(s) not available on at least one GPU; omitted there "
+                "(the list is logged at debug level)",
+                len(names),
+            )
+            log.debug("fields not available: %s", ", ".join(names))
 
     def error_counts(self) -> tuple[tuple[str, str, int], ...]:
         with self._lock:

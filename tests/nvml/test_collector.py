@@ -93,16 +93,20 @@ def test_counters_are_monotonic(node):
 
 def test_unsupported_is_omitted_and_logged_once(node, caplog):
     driver, col, clock = node
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)
     driver.inject(Fault("not_supported", gpu=3, function="nvmlDeviceGetPowerUsage"))
     for _ in range(3):
         snap = cycle(col, clock)
     assert 3 not in by_gpu(snap, "DCGM_FI_DEV_POWER_USAGE")
     assert 4 in by_gpu(snap, "DCGM_FI_DEV_POWER_USAGE")
-    lines = [
-        r.message for r in caplog.records if "DCGM_FI_DEV_POWER_USAGE not available" in r.message
-    ]
-    assert len(lines) == 1 and "GPU 3" in lines[0]
+    lines = [r for r in caplog.records if "DCGM_FI_DEV_POWER_USAGE not available" in r.getMessage()]
+    assert len(lines) == 1 and "GPU 3" in lines[0].getMessage()
+    assert lines[0].levelno == logging.DEBUG
+    # one INFO summary for all unsupported fields of all GPUs, not one line per field per GPU
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    summary = [m for m in info if "not available on at least one GPU" in m]
+    assert len(summary) == 1
+    assert not [m for m in info if " not available on GPU" in m]
     errors = {(f, c): n for f, c, n in col.session.error_counts()}
     assert errors[("nvmlDeviceGetPowerUsage", "NOT_SUPPORTED")] == 1  # never asked again
 
@@ -171,3 +175,26 @@ def test_xid_storm_counts_exactly(node):
 def iter_gis(col, index):
     snap = col.collect()
     return (d.gi for d in snap.entities if d.is_mig and d.index == index)
+
+
+def test_gpm_prof_fields_in_the_first_snapshot(node):
+    _driver, col, clock = node
+    col.gpm.sleep = clock.advance  # the priming wait moves sim time
+    snap = col.collect()
+    h100 = [d for d in snap.entities if d.model.startswith("NVIDIA H100")]
+    assert h100
+    for d in h100:
+        assert 0 <= snap.values[d.key]["DCGM_FI_PROF_SM_ACTIVE"] <= 1
+    errors = {f for f, _c, _n in col.session.error_counts()}
+    assert not {f for f in errors if f.startswith("nvmlGpm")}
+
+
+def test_gpm_prof_fields_right_after_a_mig_change(node):
+    driver, col, clock = node
+    col.gpm.sleep = clock.advance
+    cycle(col, clock, 30.0)
+    driver.inject(Fault("mig_reconfigure", gpu=6, mig=[{"profile": "7g.80gb"}]))
+    snap = cycle(col, clock, 30.0)
+    after = [d for d in snap.entities if d.is_mig and d.index == 6]
+    assert [d.profile for d in after] == ["7g.80gb"]
+    assert "DCGM_FI_PROF_SM_ACTIVE" in snap.values[after[0].key]
