@@ -314,3 +314,24 @@ def ecc_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: A
         return NOT_SUPPORTED
     out(current).value = out(pending).value = pynvml.NVML_FEATURE_ENABLED
     return OK
+
+
+@calls.device("nvmlDeviceGetP2PStatus")
+def p2p_status(
+    drv: SimDriver, gpu: GpuState, now: float, peer_handle: Any, index: Any, status_ref: Any
+) -> int:
+    """P2P between two GPUs: over NVLink when both have links, otherwise over PCIe."""
+    try:
+        peer = drv.handles.get(bytes(peer_handle))
+    except TypeError:
+        peer = None
+    if peer is None or peer.stale or peer.is_mig or peer is gpu:
+        return INVALID_ARGUMENT
+    if peer.gpu.lost:
+        return pynvml.NVML_ERROR_GPU_IS_LOST
+    ok = pynvml.NVML_P2P_STATUS_OK
+    if value(index) == pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
+        linked = gpu.model.nvlinks > 0 and peer.gpu.model.nvlinks > 0
+        ok = ok if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+    out(status_ref).value = ok
+    return OK
