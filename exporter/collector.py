@@ -19,6 +19,7 @@ from exporter.nvml.devices import Device, Enumerator, Inventory
 from exporter.nvml.events import XidState, XidWatcher
 from exporter.nvml.fields import Scope, Source
 from exporter.nvml.gpm import GpmReader
+from exporter.nvml.prime import prime_new_devices
 from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
 from exporter.nvml.session import DeviceLost, DriverGone, Session
@@ -124,10 +125,9 @@ class Collector:
         for d in inv.lost:
             problems.append(f"GPU {d.index} ({d.uuid}) is not answering (lost)")
         t_fields = 0.0
-        p0 = time.perf_counter()  # GPM: first samples of new devices, so PROF_* come this cycle
-        self.gpm.prime(
-            [e for e in inv.entities() if self._quarantine.get((e.parent or e).key, 0.0) <= start],
-            start,
+        p0 = time.perf_counter()  # new devices: first samples, so PROF_* and rates come now
+        prime_new_devices(
+            self.reader, self.gpm, inv, start, lambda k: self._quarantine.get(k, 0.0) > start
         )
         t_gpm = time.perf_counter() - p0
         gpus_ok: list[Device] = []

@@ -3,8 +3,9 @@
 GPM needs two samples at least 100 ms apart. Each device keeps the sample of
 the previous cycle, so every cycle costs one sample and one metrics call per
 device. A device seen for the first time (at start, or a MIG instance of a new
-layout) is primed: :meth:`GpmReader.prime` takes its first sample and waits
-MIN_GAP_S once for all such devices, so its values are in the same cycle.
+layout) is primed (see exporter/nvml/prime.py): :meth:`GpmReader.prime` takes
+its first sample, the cycle waits MIN_GAP_S once for all such devices, and its
+values are in that same cycle.
 """
 
 from __future__ import annotations
@@ -80,16 +81,16 @@ class GpmReader:
     def close(self) -> None:
         self.forget(list(self._state))
 
-    def prime(self, devs: Sequence[Device], now: float) -> float:
-        """Take a first sample of every device not sampled yet, then wait MIN_GAP_S once.
+    def prime(self, devs: Sequence[Device], now: float) -> bool:
+        """Take a first sample of every device not sampled yet; True if any was taken.
 
-        The next :meth:`read` of those devices then has two samples and returns
-        values in this cycle. Returns the seconds waited (0 when no device was new).
+        The caller then waits MIN_GAP_S (``self.sleep``) once for all devices, and
+        the next :meth:`read` of those devices returns values in the same cycle.
         Errors are left to :meth:`read`, which meets them again.
         """
         if not self.fields:
-            return 0.0
-        fresh = []
+            return False
+        taken = False
         for dev in devs:
             if dev.key in self._state or not self._supported_quietly(dev):
                 continue
@@ -101,11 +102,8 @@ class GpmReader:
                 self.forget([dev.key])
                 continue
             st.taken, st.primed = now, True
-            fresh.append(dev)
-        if not fresh:
-            return 0.0
-        self.sleep(MIN_GAP_S)
-        return MIN_GAP_S
+            taken = True
+        return taken
 
     def _supported_quietly(self, dev: Device) -> bool:
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pynvml as N
@@ -75,6 +75,41 @@ class FieldReader:
                 del self._prev[(key, name)]
             for scope in Scope:
                 self._plans.pop((key, scope), None)
+
+    def prime(self, devs: Sequence[Device]) -> bool:
+        """Read a first sample of the rate fields of devices that have none; True if any.
+
+        After a short wait the next :meth:`read` then has a rate for them.
+        Errors are left to :meth:`read`, which meets them again.
+        """
+        taken = False
+        for dev in devs:
+            off = self._off.get(dev.key, ())
+            fields = [
+                f
+                for f in self.device_fields
+                if f.rate and f.name not in off and (dev.key, f.name) not in self._prev
+            ]
+            ids = [fid for f in fields for fid in f.field_ids]
+            if not ids:
+                continue
+            try:
+                values = N.nvmlDeviceGetFieldValues(dev.handle, ids)
+            except N.NVMLError as e:
+                self.session.count("nvmlDeviceGetFieldValues", e.value)
+                continue
+            i = 0
+            for f in fields:
+                got = values[i : i + len(f.field_ids)]
+                i += len(f.field_ids)
+                if all(v.nvmlReturn == N.NVML_SUCCESS for v in got):
+                    total = sum(_value(v, f) for v in got)
+                    stamp = got[0].timestamp
+                    self._prev[(dev.key, f.name)] = Sample(
+                        float(total), stamp / 1e6 if stamp else time.monotonic()
+                    )
+                    taken = True
+        return taken
 
     def read(self, dev: Device, scope: Scope) -> dict[str, Value]:
         """Read this device's fields of ``scope``; DeviceLost/DriverGone propagate."""

@@ -60,7 +60,8 @@ def test_field_449_is_the_rate_between_two_samples(node):
     first = col.collect()
     linked = [g for g in first.gpus if raw_kib_or_none(g.index) is not None]
     assert linked, "the default fleet has NVLink GPUs"
-    assert not any(NAME in first.values[g.key] for g in linked)  # no rate on the first sample
+    # primed: a first sample 100 ms before the cycle's read, so the first cycle has the rate
+    assert all(NAME in first.values[g.key] for g in linked)
     before = {g.index: raw_kib(g.index) for g in linked}
     clock.advance(10.0)
     snap = col.collect()
@@ -77,3 +78,19 @@ def raw_kib_or_none(index: int) -> int | None:
     if any(v.nvmlReturn != N.NVML_SUCCESS for v in values):
         return None
     return sum(v.value.ullVal for v in values)
+
+
+def test_without_priming_wait_the_rate_comes_with_the_second_cycle():
+    clock = ManualClock()
+    sim.install(None, clock=clock)
+    col = Collector(load(default_metrics_file()), "n", clock=lambda: 1_700_000_000 + clock())
+    col.gpm.sleep = lambda s: None  # a wait during which the counters did not move on
+    try:
+        first = col.collect()
+        assert not any(NAME in first.values[g.key] for g in first.gpus)
+        clock.advance(5.0)
+        second = col.collect()
+        assert any(NAME in second.values[g.key] for g in second.gpus)
+    finally:
+        col.close()
+        sim.uninstall()
