@@ -195,8 +195,10 @@ for _n, _f in (
 
 # --- PCIe ---
 _fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", N.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
-_fid("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "KB", N.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, scale=1 / 1024)
-_fid("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "KB", N.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, scale=1 / 1024)
+# DCGM serves a throughput in KB/s (NVML's nvmlDeviceGetPcieThroughput, a 20 ms sample);
+# we take the same unit from NVML's cumulative byte counters over the last two samples.
+_fid("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "KB/s", N.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, rate=1024.0)
+_fid("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "KB/s", N.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, rate=1024.0)
 _call("DCGM_FI_DEV_PCIE_LINK_GEN", "generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"))
 _call("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", Call("nvmlDeviceGetCurrPcieLinkWidth"))
 
