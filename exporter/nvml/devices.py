@@ -192,7 +192,7 @@ class Enumerator:
             try:
                 raw = self.session.call(f.call, handle)
             except (Unavailable, RuntimeError) as e:
-                log.info("label %s not available on %s: %s", f.name, uuid, e)
+                self.session.unsupported_field(f.name, uuid, str(e))
                 continue
             out.append((f.name, _text(f.pick(raw) if f.pick else raw)))
         return out
