@@ -41,7 +41,6 @@ class Collector:
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
         shared_keys: Callable[[], frozenset[str]] | None = None,
-        resolve_pid: Callable[[int], object] | None = None,
     ) -> None:
         fields = [m.field for m in catalog.metrics]
         self.session = Session()
@@ -51,7 +50,7 @@ class Collector:
         self.reader = FieldReader(self.session, fields)
         self.gpm = GpmReader(self.session, fields)
         self.xid = XidWatcher(self.session) if any(f.source is Source.XID for f in fields) else None
-        self.processes = ProcessReader(self.session, resolve_pid)
+        self.processes = ProcessReader(self.session)
         self.shared_keys = shared_keys or frozenset
         self.slow_s = slow_s
         self.clock = clock
@@ -177,8 +176,6 @@ class Collector:
             return self._failed(start, t0, str(e))
         finally:
             self.busy_with = ""
-        if shared:
-            self.processes.forget_pids({p.pid for ps in procs.values() for p in ps})
         results.append(CollectorResult("fields", True, t_fields))
         results.append(CollectorResult("gpm", True, t_gpm))
 
