@@ -78,14 +78,15 @@ class Builder:
         labels); ``splits`` are per-container shares of devices held by several.
         """
         xids = self.xids.update(snap, holders)
-        self.device_text.keep([*snap.gpus, *snap.down, *snap.entities, *(s.device for s in xids)])
-        fr = dcgm.Frame(
-            snap,
-            self.device_text,
-            self.holder_text.by_device(holders) if holders else {},
-            xids,
-            self.holder_text,
-        )
+        devices = [*snap.gpus, *snap.down, *snap.entities]
+        self.device_text.keep([*devices, *(s.device for s in xids)])
+        pod = self.holder_text.by_device(holders) if holders else {}
+        series_labels = {}
+        for d in devices:
+            own = self.device_text(d)
+            more = pod.get(d.key)
+            series_labels[d.key] = f"{own},{more}" if more else own
+        fr = dcgm.Frame(snap, series_labels, self.device_text, xids, self.holder_text)
         body, n = dcgm.render(catalog, fr)
         shared, m = pods.shared_families(splits, self.device_text)
         self.dcgm_text = body + shared

@@ -24,16 +24,14 @@ class Frame:
     """What a family function reads: the snapshot, label text, and the XID counter's series."""
 
     snap: Snapshot
-    device_text: Callable[[Device], str]  # the device's own labels
-    pod_text: Mapping[str, str]  # device key -> labels of the container holding it
+    series_labels: Mapping[str, str]  # device key -> its labels, plus its holder's if one
+    device_text: Callable[[Device], str]  # a device's own labels (gone devices included)
     xids: Sequence[XidSeries]
     holder_text: Callable[..., str]
 
     def labels(self, dev: Device) -> str:
-        """The device's labels plus its holder's, when one container holds it."""
-        own = self.device_text(dev)
-        pod = self.pod_text.get(dev.key)
-        return f"{own},{pod}" if pod else own
+        """The labels of a device's series: its own, plus its holder's when one holds it."""
+        return self.series_labels[dev.key]
 
 
 Family = Callable[[MetricSpec, Frame], list[str]]
@@ -43,12 +41,13 @@ def values(spec: MetricSpec, fr: Frame) -> list[str]:
     """A field read per device: physical GPUs (device scope) or whole GPUs and MIG instances."""
     snap = fr.snap
     devices = snap.gpus if spec.field.scope is Scope.DEVICE else snap.entities
-    name = spec.name
+    name, labels, num, readings = spec.name, fr.series_labels, text.num, snap.values
     out = []
-    for dev in devices:
-        v = snap.values.get(dev.key, {}).get(name)
+    for dev in devices:  # the hot loop of a cycle: one line per series, written inline
+        got = readings.get(dev.key)
+        v = got.get(name) if got is not None else None
         if v is not None:
-            out.append(text.sample(name, fr.labels(dev), text.num(v)))
+            out.append(f"{name}{{{labels[dev.key]}}} {num(v)}\n")
     return out
 
 
