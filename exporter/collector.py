@@ -141,17 +141,7 @@ class Collector:
                 g0 = time.perf_counter()
                 members = [gpu] if gpu.key not in inv.mig_enabled else by_parent.get(gpu.key, [])
                 try:
-                    self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
-                    values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
-                    gpm_s = 0.0
-                    for dev in members:
-                        vals = values.setdefault(dev.key, {})
-                        vals.update(self.reader.read(dev, Scope.INSTANCE))
-                        p0 = time.perf_counter()
-                        vals.update(self.gpm.read(dev, start))
-                        gpm_s += time.perf_counter() - p0
-                        if dev.key in shared:
-                            procs[dev.key] = self.processes.read(dev)
+                    gpm_s = self._read_gpu(gpu, members, start, shared, values, procs)
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
                         values.pop(dev.key, None)
@@ -162,15 +152,7 @@ class Collector:
                 spent = time.perf_counter() - g0
                 t_gpm += gpm_s
                 t_fields += spent - gpm_s
-                if spent > self.slow_s:
-                    self._quarantine[gpu.key] = self.clock() + QUARANTINE_S
-                    log.warning(
-                        "GPU %d (%s): NVML calls took %.1f s; skipping it for %.0f s",
-                        gpu.index,
-                        gpu.uuid,
-                        spent,
-                        QUARANTINE_S,
-                    )
+                self._check_slow(gpu, spent)
                 gpus_ok.append(gpu)
         except DriverGone as e:
             return self._failed(start, t0, str(e))
@@ -204,6 +186,41 @@ class Collector:
             collectors=tuple(results),
             problems=tuple(problems),
         )
+
+    def _read_gpu(
+        self,
+        gpu: Device,
+        members: list[Device],
+        start: float,
+        shared: frozenset[str],
+        values: dict[str, dict[str, Value]],
+        procs: dict[str, tuple[ProcUse, ...]],
+    ) -> float:
+        """Read one GPU and its instances into ``values``/``procs``; returns GPM seconds."""
+        self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
+        values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
+        gpm_s = 0.0
+        for dev in members:
+            vals = values.setdefault(dev.key, {})
+            vals.update(self.reader.read(dev, Scope.INSTANCE))
+            p0 = time.perf_counter()
+            vals.update(self.gpm.read(dev, start))
+            gpm_s += time.perf_counter() - p0
+            if dev.key in shared:
+                procs[dev.key] = self.processes.read(dev)
+        return gpm_s
+
+    def _check_slow(self, gpu: Device, spent: float) -> None:
+        """Set a GPU aside for QUARANTINE_S when its calls took longer than ``slow_s``."""
+        if spent > self.slow_s:
+            self._quarantine[gpu.key] = self.clock() + QUARANTINE_S
+            log.warning(
+                "GPU %d (%s): NVML calls took %.1f s; skipping it for %.0f s",
+                gpu.index,
+                gpu.uuid,
+                spent,
+                QUARANTINE_S,
+            )
 
     def _forget_gone(self, inv: Inventory) -> None:
         now = {d.key for d in inv.gpus + inv.instances}

@@ -173,4 +173,3 @@ class Mapper:
                 log.warning("DRA device %s has no ResourceSlice with a UUID (yet)", name)
             return None
         return self._resolve(resolver, "dra:" + cr.driver_name, dev.uuid)
-
