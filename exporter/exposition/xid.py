@@ -98,7 +98,9 @@ class XidCounter:
         for d in snap.gpus + snap.down + snap.entities:
             present[ident(d)] = d
         self._where.update(present)
-        by_gi = {(i[0], i[1]): i for i in self._where if i[1] is not None}
+        by_gi: dict[tuple[str, int | None], Ident] = {
+            (i[0], i[1]): i for i in self._where if i[1] is not None
+        }
         for uuid, gi, xid, n in snap.xid.counts:
             at = by_gi.get((uuid, gi)) or (uuid, None, None)
             if at not in self._where:

@@ -116,8 +116,9 @@ class Attribution:
             o = owners[0]
             info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
             uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
-            copy = info is not None and self.cfg.pod_labels
-            labels = tuple(info.labels.items()) if copy else ()
+            labels = ()
+            if info is not None and self.cfg.pod_labels:
+                labels = tuple(info.labels.items())
             out[key] = Holder(o, uid, labels)
         return MappingProxyType(out)
 
