@@ -87,7 +87,7 @@ class XidCounter:
         self._seen: dict[tuple[str, int | None, int], int] = {}
         self._acc: dict[tuple[Ident, int, Hashable | None], int] = {}
         self._holders: dict[tuple[Ident, Hashable | None], Hashable | None] = {}
-        self._where: dict[Ident, Device] = {}  # last device seen per identity
+        self._where: dict[Ident, Device] = {}  # present devices, and last seen of counted ones
 
     def update(
         self, snap: Snapshot, holders: Mapping[str, Hashable] | None = None
@@ -115,6 +115,8 @@ class XidCounter:
                 self._acc[key] = self._acc.get(key, 0) + delta
                 self._holders[(at, owner)] = h
         self._drop_former_holders(present, holders)
+        counted = {at for at, _, _ in self._acc}
+        self._where = {i: d for i, d in self._where.items() if i in present or i in counted}
         out = [
             XidSeries(self._where[at], xid, self._holders[(at, owner)], n)
             for (at, xid, owner), n in self._acc.items()
