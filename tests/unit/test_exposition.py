@@ -226,3 +226,17 @@ def test_a_catalog_reload_changes_the_families(tmp_path: Path):
     b = Builder(SelfMetrics(1.0))
     assert b.dcgm(s, load(small)) == 1
     assert [x.name for x in samples(b.dcgm_text)] == ["DCGM_FI_DEV_POWER_USAGE"]
+
+
+def test_only_the_exposition_package_writes_metric_text():
+    """HELP/TYPE lines, label escaping and exposition formatters live in exporter/exposition/."""
+    root = Path(__file__).parents[2] / "exporter"
+    markers = ("# HELP", "# TYPE", "generate_latest", '\\\\"')
+    offenders = [
+        f"{path.relative_to(root)}: {marker}"
+        for path in root.rglob("*.py")
+        if "exposition" not in path.parts
+        for marker in markers
+        if marker in path.read_text()
+    ]
+    assert offenders == []
