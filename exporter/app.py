@@ -56,7 +56,6 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         cfg.hostname_label,
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
         shared_keys=attribution.shared_keys if attribution else None,
-        resolve_pid=attribution.resolve_pid if attribution else None,
     )
     app[POLLER] = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution)
     routes(app)

@@ -42,7 +42,6 @@ class Collector:
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
         shared_keys: Callable[[], frozenset[str]] | None = None,
-        resolve_pid: Callable[[int], object] | None = None,
     ) -> None:
         fields = [m.field for m in catalog.metrics]
         self.session = Session()
@@ -52,7 +51,7 @@ class Collector:
         self.reader = FieldReader(self.session, fields)
         self.gpm = GpmReader(self.session, fields)
         self.xid = XidWatcher(self.session) if any(f.source is Source.XID for f in fields) else None
-        self.processes = ProcessReader(self.session, resolve_pid)
+        self.processes = ProcessReader(self.session)
         self.shared_keys = shared_keys or frozenset
         self.slow_s = slow_s
         self.clock = clock
@@ -148,17 +147,7 @@ class Collector:
                 g0 = time.perf_counter()
                 members = [gpu] if gpu.key not in inv.mig_enabled else by_parent.get(gpu.key, [])
                 try:
-                    self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
-                    values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
-                    gpm_s = 0.0
-                    for dev in members:
-                        vals = values.setdefault(dev.key, {})
-                        vals.update(self.reader.read(dev, Scope.INSTANCE))
-                        p0 = time.perf_counter()
-                        vals.update(self.gpm.read(dev, start))
-                        gpm_s += time.perf_counter() - p0
-                        if dev.key in shared:
-                            procs[dev.key] = self.processes.read(dev)
+                    gpm_s = self._read_gpu(gpu, members, start, shared, values, procs)
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
                         values.pop(dev.key, None)
@@ -169,22 +158,12 @@ class Collector:
                 spent = time.perf_counter() - g0
                 t_gpm += gpm_s
                 t_fields += spent - gpm_s
-                if spent > self.slow_s:
-                    self._quarantine[gpu.key] = self.clock() + QUARANTINE_S
-                    log.warning(
-                        "GPU %d (%s): NVML calls took %.1f s; skipping it for %.0f s",
-                        gpu.index,
-                        gpu.uuid,
-                        spent,
-                        QUARANTINE_S,
-                    )
+                self._check_slow(gpu, spent)
                 gpus_ok.append(gpu)
         except DriverGone as e:
             return self._failed(start, t0, str(e))
         finally:
             self.busy_with = ""
-        if shared:
-            self.processes.forget_pids({p.pid for ps in procs.values() for p in ps})
         results.append(CollectorResult("fields", True, t_fields))
         results.append(CollectorResult("gpm", True, t_gpm))
 
@@ -214,6 +193,41 @@ class Collector:
             collectors=tuple(results),
             problems=tuple(problems),
         )
+
+    def _read_gpu(
+        self,
+        gpu: Device,
+        members: list[Device],
+        start: float,
+        shared: frozenset[str],
+        values: dict[str, dict[str, Value]],
+        procs: dict[str, tuple[ProcUse, ...]],
+    ) -> float:
+        """Read one GPU and its instances into ``values``/``procs``; returns GPM seconds."""
+        self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
+        values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
+        gpm_s = 0.0
+        for dev in members:
+            vals = values.setdefault(dev.key, {})
+            vals.update(self.reader.read(dev, Scope.INSTANCE))
+            p0 = time.perf_counter()
+            vals.update(self.gpm.read(dev, start))
+            gpm_s += time.perf_counter() - p0
+            if dev.key in shared:
+                procs[dev.key] = self.processes.read(dev)
+        return gpm_s
+
+    def _check_slow(self, gpu: Device, spent: float) -> None:
+        """Set a GPU aside for QUARANTINE_S when its calls took longer than ``slow_s``."""
+        if spent > self.slow_s:
+            self._quarantine[gpu.key] = self.clock() + QUARANTINE_S
+            log.warning(
+                "GPU %d (%s): NVML calls took %.1f s; skipping it for %.0f s",
+                gpu.index,
+                gpu.uuid,
+                spent,
+                QUARANTINE_S,
+            )
 
     def _forget_gone(self, inv: Inventory) -> None:
         now = {d.key for d in inv.gpus + inv.instances}

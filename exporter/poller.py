@@ -1,27 +1,26 @@
-"""The collection loop: NVML work in one worker thread, rendering into cached bytes.
+"""The collection loop: NVML work in one worker thread, then the exposition built from it.
 
 Each interval the poller hands one cycle to a single worker thread and waits
 at most the collect timeout. A cycle that overruns is left to finish on its
 own (no second thread is started while it hangs, so threads never pile up)
 and scrapes keep getting the last exposition, whose self-metrics show the age.
+Cancelling :meth:`Poller.run` ends it at once, even while the worker hangs in
+an NVML call: the wait never shields the worker's future from cancellation.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
-from exporter.render import render
-from exporter.selfmetrics import SelfMetrics
+from exporter.exposition.build import Builder, Exposition
+from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.snapshot import CollectorResult, Snapshot
-from exporter.xidcount import XidCounter
 
 if TYPE_CHECKING:
     from exporter.kube.attribution import Attribution
@@ -29,19 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
-
-
-@dataclass(frozen=True, slots=True)
-class Exposition:
-    """What /metrics serves: the same text, plain and gzip-compressed."""
-
-    plain: bytes
-    gzipped: bytes
-
-    @classmethod
-    def of(cls, text: str) -> Exposition:
-        data = text.encode()
-        return cls(data, gzip.compress(data, compresslevel=1, mtime=0))
 
 
 class Poller:
@@ -60,7 +46,8 @@ class Poller:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.attribution = attribution
-        self.selfmetrics = SelfMetrics(interval_s, attribution.families if attribution else None)
+        self.selfmetrics = SelfMetrics(interval_s, attribution.status if attribution else None)
+        self.builder = Builder(self.selfmetrics)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.snapshot: Snapshot | None = None
         self.last_ok_monotonic: float | None = None
@@ -70,10 +57,8 @@ class Poller:
         self._stuck_logged = float("-inf")
         self._crash_logged = ""
         self._started = 0.0  # monotonic start of the cycle in the worker
-        self._dcgm = ""  # DCGM part of the exposition, from the last published snapshot
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
-        self.exposition = Exposition.of(self.selfmetrics.render())
-        self.xids = XidCounter()
+        self.exposition: Exposition = self.builder.build()
 
     @property
     def busy(self) -> bool:
@@ -81,7 +66,7 @@ class Poller:
         return self._pending is not None and not self._pending.done()
 
     def reload(self, catalog: Catalog) -> None:
-        """Collect and render ``catalog`` from the next cycle on (SIGHUP, reload.py).
+        """Collect and expose ``catalog`` from the next cycle on (SIGHUP, reload.py).
 
         Taking effect between cycles means every exposition is rendered from one
         catalog: scrapes see the old series set until the new one is complete.
@@ -117,9 +102,7 @@ class Poller:
         self._started = time.monotonic()
         self._pending = self.executor.submit(self.collector.collect)
         try:
-            snap = await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(self._pending)), self.timeout_s
-            )
+            snap = await self._wait(self._pending)
         except TimeoutError:
             self.selfmetrics.collections["failure"] += 1
             self.stuck = (
@@ -146,6 +129,21 @@ class Poller:
             await self.attribution.refresh(snap)
         self.publish(snap)
 
+    async def _wait(self, pending: Future[Snapshot]) -> Snapshot:
+        """The cycle's snapshot; TimeoutError after the collect timeout.
+
+        asyncio.wait neither cancels the worker's future on timeout nor holds
+        back a cancellation of the caller (wait_for around shield can swallow
+        one on Python 3.11), so stopping the poller never waits for NVML.
+        """
+        fut = asyncio.wrap_future(pending)
+        # a cycle that overran may fail later, unawaited: retrieve its error so it is not logged
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        done, _ = await asyncio.wait((fut,), timeout=self.timeout_s)
+        if not done:
+            raise TimeoutError
+        return fut.result()
+
     def _warn_stuck(self) -> None:
         """Log a hung cycle once a minute, not once per interval."""
         now = time.monotonic()
@@ -154,7 +152,7 @@ class Poller:
             log.warning("%s; serving the last snapshot", self.stuck)
 
     def publish(self, snap: Snapshot) -> None:
-        """Render a snapshot into the exposition that scrapes serve."""
+        """Build the exposition that scrapes serve from a snapshot."""
         sm = self.selfmetrics
         self.snapshot = snap
         self.cycles += 1
@@ -169,21 +167,18 @@ class Poller:
         else:
             sm.collections["failure"] += 1
         attr = self.attribution
-        owners = attr.labels() if attr else None
-        xids = self.xids.update(snap, owners)
-        self._dcgm, sm.series = render(snap, self.catalog, owners, xids)
-        if attr is not None:
+        if attr is None:
+            sm.series = self.builder.dcgm(snap, self.catalog)
+        else:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
-            shared, n = attr.render_shared(snap)
-            self._dcgm += shared
-            sm.series += n
+            sm.series = self.builder.dcgm(snap, self.catalog, attr.holders(), attr.splits(snap))
         self._publish_self()
 
     def _publish_self(self) -> None:
         sm = self.selfmetrics
         sm.nvml_errors = self.collector.session.error_counts()
-        self.exposition = Exposition.of(self._dcgm + sm.render())
+        self.exposition = self.builder.build()
 
     def readiness(self) -> tuple[bool, list[str]]:
         """(ready, reasons and details) for /ready."""

@@ -36,7 +36,7 @@ class Snapshot:
     xid: XidState = field(default_factory=XidState)
     processes: Mapping[str, tuple[ProcUse, ...]] = field(
         default_factory=lambda: MappingProxyType({})
-    )  # per device key, only for devices shared by several containers
+    )  # raw rows per device key, only for devices shared by several containers
     collectors: tuple[CollectorResult, ...] = ()
     problems: tuple[str, ...] = ()  # human-readable, shown by /ready
 

@@ -1,7 +1,9 @@
-"""Pod attribution for the poller: kubelet map, optional API-server watch, shared-GPU series.
+"""Pod attribution for the poller: kubelet map, optional API-server watch, shared-GPU splits.
 
 The poller calls :meth:`Attribution.refresh` once per cycle, right after the
-collection, and renders with :meth:`labels` and :meth:`render_shared`. The API
+collection, then hands :meth:`holders` and :meth:`splits` (plain records) to
+the exposition. Host PIDs on shared devices are joined to pods here, on the
+cycle's data, never from inside the NVML thread. The API
 server is watched only when something needs it (pod UIDs or labels, DRA, or
 joining processes on shared GPUs to pods); importing and starting it is
 deferred until then, since the kubernetes client costs ~20 MiB.
@@ -11,20 +13,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from exporter.config import KubeConfig
-from exporter.kube.cgroups import container_of
-from exporter.kube.mapper import Mapper, Owner, PodMap, owner_labels
+from exporter.kube.cgroups import ContainerRef, container_of
+from exporter.kube.mapper import Mapper, Owner, PodMap
 from exporter.kube.podresources import PodResourcesClient
-from exporter.kube.sharing import render_shared
+from exporter.kube.sharing import Split, split_shared
 from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The one container holding a device, with its pod's UID and copied labels when enabled."""
+
+    owner: Owner
+    pod_uid: str = ""
+    labels: tuple[tuple[str, str], ...] = ()  # (label name, value), already sanitized
+
+
+@dataclass(frozen=True, slots=True)
+class KubeStatus:
+    """Attribution's state for the self-metrics."""
+
+    kubelet_up: bool
+    api_up: bool | None  # None when the API server is not watched
+    unmatched: tuple[tuple[str, int], ...]  # (resource name, device IDs matching no device)
+    attributed: int  # devices held by at least one container
 
 
 class Attribution:
@@ -36,8 +56,8 @@ class Attribution:
         self.mapper = Mapper(self.client, cfg.resource_names, self._slice_device)
         self.watcher = watcher
         self._watcher_failed = ""
-        self._labels: Mapping[str, str] = MappingProxyType({})
-        self._map_seen: PodMap | None = None
+        self._holders: Mapping[str, Holder] = MappingProxyType({})
+        self._containers: dict[int, ContainerRef | None] = {}  # host PID -> container
         self.duration = 0.0
         if cfg.pod_uid or cfg.pod_labels or cfg.dra:
             self._start_watcher()
@@ -77,22 +97,18 @@ class Attribution:
         pm = self.mapper.map
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
-        self._labels = self._build_labels(pm)
+        self._holders = self._build_holders(pm)
         self.duration = loop.time() - t0
 
     def shared_keys(self) -> frozenset[str]:
         """Devices held by several containers: the collector reads their processes."""
         return self.mapper.map.shared
 
-    def resolve_pid(self, pid: int) -> Any:
-        """Container of a host PID (called from the NVML worker thread)."""
-        return container_of(pid, self.cfg.host_proc)
+    def holders(self) -> Mapping[str, Holder]:
+        """The container holding each device that exactly one container holds."""
+        return self._holders
 
-    def labels(self) -> Mapping[str, str]:
-        """Label text per device key held by exactly one container."""
-        return self._labels
-
-    def _build_labels(self, pm: PodMap) -> Mapping[str, str]:
+    def _build_holders(self, pm: PodMap) -> Mapping[str, Holder]:
         out = {}
         for key, owners in pm.owners.items():
             if len(owners) != 1:
@@ -100,15 +116,24 @@ class Attribution:
             o = owners[0]
             info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
             uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
-            extra = info.labels if (info is not None and self.cfg.pod_labels) else None
-            out[key] = owner_labels(o, uid, extra)
+            labels = ()
+            if info is not None and self.cfg.pod_labels:
+                labels = tuple(info.labels.items())
+            out[key] = Holder(o, uid, labels)
         return MappingProxyType(out)
 
-    def render_shared(self, snap: Snapshot) -> tuple[str, int]:
+    def splits(self, snap: Snapshot) -> list[Split]:
+        """Per-container shares of the shared devices of ``snap`` (PIDs joined to pods here)."""
         joinable = self.watcher is not None and self.watcher.pods_synced
-        return render_shared(snap, self.mapper.map, self._owner_of if joinable else None)
+        live = {p.pid for ps in snap.processes.values() for p in ps}
+        for pid in [p for p in self._containers if p not in live]:
+            del self._containers[pid]  # PIDs get reused
+        return split_shared(snap, self.mapper.map, self._owner_of if joinable else None)
 
-    def _owner_of(self, ref: Any) -> Owner | None:
+    def _owner_of(self, pid: int) -> Owner | None:
+        if pid not in self._containers:
+            self._containers[pid] = container_of(pid, self.cfg.host_proc)
+        ref = self._containers[pid]
         if ref is None or self.watcher is None:
             return None
         info = self.watcher.pod(ref.pod_uid)
@@ -129,30 +154,15 @@ class Attribution:
             out.append(self.watcher.status)
         return out
 
-    def families(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily(
-            "gpu_exporter_kubelet_up",
-            "1 when the last pod-resources List succeeded.",
-            int(not self.mapper.status),
-        )
-        yield up
+    def status(self) -> KubeStatus:
+        """Reachability, unmatched IDs and held devices, for the self-metrics."""
+        api = None
         if self.watcher is not None or self._watcher_failed:
-            yield GaugeMetricFamily(
-                "gpu_exporter_kube_api_up",
-                "1 when the API-server watch is synced.",
-                int(self.watcher is not None and not self.watcher.status),
-            )
-        un = CounterMetricFamily(
-            "gpu_exporter_unmatched_device_ids",
-            "Device IDs from the kubelet that matched no GPU or MIG instance, by resource.",
-            labels=["resource"],
-        )
-        for resource, n in sorted(self.mapper.unmatched.items()):
-            un.add_metric([resource], n)
-        yield un
-        yield GaugeMetricFamily(
-            "gpu_exporter_attributed_devices",
-            "GPUs and MIG instances held by at least one container.",
+            api = self.watcher is not None and not self.watcher.status
+        return KubeStatus(
+            not self.mapper.status,
+            api,
+            tuple(sorted(self.mapper.unmatched.items())),
             len(self.mapper.map.owners),
         )
 

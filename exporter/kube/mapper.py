@@ -3,7 +3,7 @@
 Built once per collection interval from the kubelet's ``List`` (never per
 scrape) and swapped in whole. A device held by exactly one container gets
 that container's labels; a device held by several (time-slicing, MPS) gets
-none, and per-container series are rendered for it instead (sharing.py).
+none, and per-container shares are computed for it instead (sharing.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from exporter.kube import ids
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
-from exporter.nvml.devices import Device, escape
+from exporter.nvml.devices import Device
 
 log = logging.getLogger(__name__)
 
@@ -173,20 +173,3 @@ class Mapper:
                 log.warning("DRA device %s has no ResourceSlice with a UUID (yet)", name)
             return None
         return self._resolve(resolver, "dra:" + cr.driver_name, dev.uuid)
-
-
-def owner_labels(o: Owner, pod_uid: str = "", extra: Mapping[str, str] | None = None) -> str:
-    """Label text for a device held by one container."""
-    parts = [
-        f'pod="{escape(o.pod)}"',
-        f'namespace="{escape(o.namespace)}"',
-        f'container="{escape(o.container)}"',
-    ]
-    if pod_uid:
-        parts.append(f'pod_uid="{escape(pod_uid)}"')
-    if o.claim:
-        parts.append(f'claim_name="{escape(o.claim)}"')
-        parts.append(f'claim_namespace="{escape(o.claim_namespace)}"')
-    for k, v in (extra or {}).items():
-        parts.append(f'{k}="{escape(v)}"')
-    return ",".join(parts)

@@ -1,4 +1,4 @@
-"""GPUs and MIG instances: enumeration, identity read once, and the labels each carries.
+"""GPUs and MIG instances: enumeration, identity read once, and the label pairs each carries.
 
 Enumeration runs every cycle because MIG layouts change at run time and GPUs
 fall off the bus; it costs a handful of calls per device because identities
@@ -12,7 +12,7 @@ import ctypes
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pynvml as N
@@ -23,14 +23,9 @@ from exporter.nvml.session import DeviceLost, DriverGone, Session, Unavailable
 log = logging.getLogger(__name__)
 
 
-def escape(value: str) -> str:
-    """Escape a label value for the Prometheus text format."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 @dataclass(frozen=True, slots=True, eq=False)
 class Device:
-    """A physical GPU, or a MIG instance of one, with the labels its series carry.
+    """A physical GPU, or a MIG instance of one, with the (name, value) label pairs of its series.
 
     ``key`` is the UUID that identifies it (``GPU-...`` or ``MIG-...``); MIG
     instances keep their parent's ``gpu`` index and ``UUID`` label, as
@@ -47,12 +42,6 @@ class Device:
     gi: int | None = None
     ci: int | None = None
     profile: str = ""
-    arch: int = 0
-    text: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        text = ",".join(f'{k}="{escape(v)}"' for k, v in self.labels)
-        object.__setattr__(self, "text", text)
 
     @property
     def is_mig(self) -> bool:
@@ -167,10 +156,6 @@ class Enumerator:
             minor = s.call(Call("nvmlDeviceGetMinorNumber"), handle)
         except Unavailable:
             minor = index
-        try:
-            arch = s.call(Call("nvmlDeviceGetArchitecture"), handle)
-        except Unavailable:
-            arch = 0
         labels = [
             ("gpu", str(index)),
             ("UUID", uuid),
@@ -180,7 +165,7 @@ class Enumerator:
             (self.hostname_label, self.hostname),
             *self._label_values(handle, uuid),
         ]
-        gpu = Device(uuid, index, uuid, name, handle, tuple(labels), arch=arch)
+        gpu = Device(uuid, index, uuid, name, handle, tuple(labels))
         self._known[_addr(handle)] = gpu
         self._seen[uuid] = gpu
         return gpu
@@ -245,7 +230,6 @@ class Enumerator:
             gi,
             ci,
             profile,
-            gpu.arch,
         )
         self._mig[key] = dev
         return dev

@@ -12,12 +12,22 @@ from exporter import sim
 from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
-from exporter.render import render
+from exporter.exposition.build import Builder
+from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault
 
 ROOT = Path(__file__).parents[2]
 MIXED = ROOT / "tests" / "fixtures" / "fleets" / "mixed.yaml"
+
+
+def render(snap, catalog):
+    """The DCGM part of the exposition built from one snapshot, and its series count."""
+    b = Builder(SelfMetrics(1.0))
+    n = b.dcgm(snap, catalog)
+    return b.dcgm_text, n
+
+
 CATALOG = load(default_metrics_file())
 
 

@@ -221,7 +221,6 @@ async def soak(
         catalog,
         "soak-node",
         shared_keys=attribution.shared_keys,
-        resolve_pid=attribution.resolve_pid,
         clock=lambda: EPOCH + clock(),
     )
     poller = Poller(catalog, collector, 1.0, 30.0, attribution)

@@ -157,8 +157,10 @@ def test_label_values_cannot_inject_series():
     labels) are escaped: the exposition parses to the same series, none forged."""
     from exporter import sim
     from exporter.collector import Collector
-    from exporter.kube.mapper import Owner, owner_labels
-    from exporter.render import render
+    from exporter.exposition.build import Builder
+    from exporter.exposition.selfmetrics import SelfMetrics
+    from exporter.kube.attribution import Holder
+    from exporter.kube.mapper import Owner
     from tests.exposition import samples
 
     catalog = load(default_metrics_file())
@@ -169,9 +171,11 @@ def test_label_values_cannot_inject_series():
     finally:
         col.close()
         sim.uninstall()
-    owner = owner_labels(Owner(EVIL, EVIL, EVIL), EVIL, {"label_team": EVIL})
-    clean, n_clean = render(snap, catalog)
-    text, n = render(snap, catalog, {d.key: owner for d in snap.entities})
+    owner = Holder(Owner(EVIL, EVIL, EVIL), EVIL, (("label_team", EVIL),))
+    plain, held = Builder(SelfMetrics(1.0)), Builder(SelfMetrics(1.0))
+    n_clean = plain.dcgm(snap, catalog)
+    n = held.dcgm(snap, catalog, {d.key: owner for d in snap.entities})
+    clean, text = plain.dcgm_text, held.dcgm_text
     parsed = samples(text)
     assert n == n_clean == len(samples(clean)) == len(parsed)
     assert not any(s.name == "DCGM_FORGED" for s in parsed)

@@ -8,8 +8,10 @@ from exporter import sim
 from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
+from exporter.exposition.xid import XidCounter
+from exporter.kube.attribution import Holder
+from exporter.kube.mapper import Owner
 from exporter.sim import Fault, ManualClock
-from exporter.xidcount import XidCounter
 
 
 def wait_count(col, total):
@@ -29,21 +31,21 @@ def test_new_pod_does_not_inherit_old_xids():
         snap = col.collect()
         gpu0 = next(d for d in snap.gpus if d.index == 0)
         counter = XidCounter()
-        a = {gpu0.key: 'pod="a",namespace="ns",container="c"'}
-        b = {gpu0.key: 'pod="b",namespace="ns",container="c"'}
+        a = {gpu0.key: Holder(Owner("ns", "a", "c"))}
+        b = {gpu0.key: Holder(Owner("ns", "b", "c"))}
         driver.inject(Fault("xid", gpu=0, xid=13, count=2))
         wait_count(col, 2)
         series = counter.update(col.collect(), a)
-        assert [(x, o, n) for _, x, o, n in series] == [(13, a[gpu0.key], 2)]
+        assert [(s.xid, s.holder, s.count) for s in series] == [(13, a[gpu0.key], 2)]
         # pod a ends, pod b takes the GPU: a's series goes, b starts with nothing
         assert counter.update(col.collect(), b) == []
         driver.inject(Fault("xid", gpu=0, xid=13))
         wait_count(col, 3)
         series = counter.update(col.collect(), b)
-        assert [(x, o, n) for _, x, o, n in series] == [(13, b[gpu0.key], 1)]
+        assert [(s.xid, s.holder, s.count) for s in series] == [(13, b[gpu0.key], 1)]
         # without pod labels the count is the device's own
         plain = XidCounter().update(col.collect())
-        assert [(x, o, n) for _, x, o, n in plain] == [(13, "", 3)]
+        assert [(s.xid, s.holder, s.count) for s in plain] == [(13, None, 3)]
     finally:
         col.close()
         sim.uninstall()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -18,6 +19,9 @@ from exporter import __version__
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
 
+if TYPE_CHECKING:
+    from exporter.kube.attribution import KubeStatus
+
 PREFIX = "gpu_exporter"
 GPU_LABELS = 6  # gpu, UUID, pci_bus_id, device, modelName, Hostname
 
@@ -25,11 +29,9 @@ GPU_LABELS = 6  # gpu, UUID, pci_bus_id, device, modelName, Hostname
 class SelfMetrics:
     """Holds what the families report; :meth:`render` is called by the poller once per cycle."""
 
-    def __init__(
-        self, interval_s: float, extra: Callable[[], Iterable[Metric]] | None = None
-    ) -> None:
+    def __init__(self, interval_s: float, kube: Callable[[], KubeStatus] | None = None) -> None:
         self.interval_s = interval_s
-        self.extra = extra
+        self.kube = kube
         self.collections: Counter[str] = Counter()
         self.last_success = 0.0
         self.series = 0
@@ -44,6 +46,7 @@ class SelfMetrics:
         self.registry.register(self)
 
     def render(self) -> str:
+        """The self-metrics text (prometheus_client's formatter, process metrics included)."""
         return generate_latest(self.registry).decode()
 
     def collect(self) -> Iterator[Metric]:
@@ -85,8 +88,8 @@ class SelfMetrics:
         yield GaugeMetricFamily(
             f"{p}_series", "DCGM series in the last rendered exposition.", self.series
         )
-        if self.extra is not None:
-            yield from self.extra()
+        if self.kube is not None:
+            yield from _kube_families(self.kube())
         snap = self.snapshot
         if snap is None:
             return
@@ -130,6 +133,32 @@ class SelfMetrics:
             up.add_metric(_gpu_label_values(dev), value)
         if up is not None:
             yield up
+
+
+def _kube_families(st: KubeStatus) -> Iterator[Metric]:
+    """Pod attribution: kubelet and API server reachability, unmatched IDs, held devices."""
+    yield GaugeMetricFamily(
+        f"{PREFIX}_kubelet_up",
+        "1 when the last pod-resources List succeeded.",
+        int(st.kubelet_up),
+    )
+    if st.api_up is not None:
+        yield GaugeMetricFamily(
+            f"{PREFIX}_kube_api_up", "1 when the API-server watch is synced.", int(st.api_up)
+        )
+    un = CounterMetricFamily(
+        f"{PREFIX}_unmatched_device_ids",
+        "Device IDs from the kubelet that matched no GPU or MIG instance, by resource.",
+        labels=["resource"],
+    )
+    for resource, n in st.unmatched:
+        un.add_metric([resource], n)
+    yield un
+    yield GaugeMetricFamily(
+        f"{PREFIX}_attributed_devices",
+        "GPUs and MIG instances held by at least one container.",
+        st.attributed,
+    )
 
 
 def _gpu_label_values(dev: Device) -> list[str]:

@@ -1,0 +1,97 @@
+"""The exposition /metrics serves: built once per cycle, plain and gzip-compressed.
+
+The DCGM part is rebuilt when a snapshot is published; the self-metrics part
+also when a cycle is skipped or fails, so scrapes always see the exporter's
+own state while the last good readings stay in place.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from exporter.catalog import Catalog
+from exporter.exposition import dcgm, pods, text
+from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.exposition.xid import XidCounter
+from exporter.nvml.devices import Device
+from exporter.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from exporter.kube.attribution import Holder
+    from exporter.kube.sharing import Split
+
+
+@dataclass(frozen=True, slots=True)
+class Exposition:
+    """What /metrics serves: the same text, plain and gzip-compressed."""
+
+    plain: bytes
+    gzipped: bytes
+
+    @classmethod
+    def of(cls, body: str) -> Exposition:
+        data = body.encode()
+        return cls(data, gzip.compress(data, compresslevel=1, mtime=0))
+
+
+class DeviceText:
+    """Label text of each device, joined once per Device object and reused across cycles."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Device, str] = {}
+
+    def __call__(self, dev: Device) -> str:
+        got = self._cache.get(dev)
+        if got is None:
+            got = self._cache[dev] = text.join(dev.labels)
+        return got
+
+    def keep(self, devices: Iterable[Device]) -> None:
+        """Forget devices not listed (a new enumeration brings new Device objects)."""
+        old = self._cache
+        self._cache = {d: old[d] for d in devices if d in old}
+
+
+class Builder:
+    """Owns what the exposition is built from across cycles: XID counts and label text."""
+
+    def __init__(self, selfmetrics: SelfMetrics) -> None:
+        self.selfmetrics = selfmetrics
+        self.xids = XidCounter()
+        self.device_text = DeviceText()
+        self.holder_text = pods.HolderText()
+        self.dcgm_text = ""  # the DCGM part, from the last published snapshot
+
+    def dcgm(
+        self,
+        snap: Snapshot,
+        catalog: Catalog,
+        holders: Mapping[str, Holder] | None = None,
+        splits: Iterable[Split] = (),
+    ) -> int:
+        """Rebuild the DCGM part from ``snap``; returns its number of series.
+
+        ``holders`` maps a device key to the one container holding it (pod
+        labels); ``splits`` are per-container shares of devices held by several.
+        """
+        xids = self.xids.update(snap, holders)
+        devices = [*snap.gpus, *snap.down, *snap.entities]
+        self.device_text.keep([*devices, *(s.device for s in xids)])
+        pod = self.holder_text.by_device(holders) if holders else {}
+        series_labels = {}
+        for d in devices:
+            own = self.device_text(d)
+            more = pod.get(d.key)
+            series_labels[d.key] = f"{own},{more}" if more else own
+        fr = dcgm.Frame(snap, series_labels, self.device_text, xids, self.holder_text)
+        body, n = dcgm.render(catalog, fr)
+        shared, m = pods.shared_families(splits, self.device_text)
+        self.dcgm_text = body + shared
+        return n + m
+
+    def build(self) -> Exposition:
+        """The exposition: the last DCGM part and the current self-metrics."""
+        return Exposition.of(self.dcgm_text + self.selfmetrics.render())

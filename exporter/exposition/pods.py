@@ -1,0 +1,75 @@
+"""Pod label joins: the labels of the container holding a device, and per-container series.
+
+kube/ hands over plain records (a device's holder, per-container splits of a
+shared device); this module turns them into label text, escaped once and
+cached while the holder stays the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from exporter.exposition import text
+
+if TYPE_CHECKING:
+    from exporter.kube.attribution import Holder
+    from exporter.kube.mapper import Owner
+    from exporter.kube.sharing import Split
+
+CACHE_MAX = 4096  # holders whose label text is kept; past it the cache starts over
+
+FB = "gpu_exporter_container_fb_used_mib"
+SM = "gpu_exporter_container_sm_util_percent"
+HELP = {
+    FB: "Framebuffer used by the container's processes on a shared GPU or MIG instance (MiB).",
+    SM: "SM utilization of the container's processes on a shared GPU (percent of the GPU).",
+}
+
+
+def holder_pairs(h: Holder) -> list[tuple[str, str]]:
+    """Label pairs of a device held by one container, in dcgm-exporter's order."""
+    o = h.owner
+    pairs = [("pod", o.pod), ("namespace", o.namespace), ("container", o.container)]
+    if h.pod_uid:
+        pairs.append(("pod_uid", h.pod_uid))
+    if o.claim:
+        pairs += [("claim_name", o.claim), ("claim_namespace", o.claim_namespace)]
+    pairs.extend(h.labels)
+    return pairs
+
+
+class HolderText:
+    """Label text per holder, escaped once and reused across cycles."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Holder, str] = {}
+
+    def __call__(self, h: Holder) -> str:
+        got = self._cache.get(h)
+        if got is None:
+            if len(self._cache) >= CACHE_MAX:
+                self._cache.clear()
+            got = self._cache[h] = text.join(holder_pairs(h))
+        return got
+
+    def by_device(self, holders: Mapping[str, Holder]) -> dict[str, str]:
+        """Label text per device key."""
+        return {key: self(h) for key, h in holders.items()}
+
+
+def _owner_text(o: Owner) -> str:
+    return text.join((("pod", o.pod), ("namespace", o.namespace), ("container", o.container)))
+
+
+def shared_families(splits: Iterable[Split], device_text: Callable[..., str]) -> tuple[str, int]:
+    """Text and series count of the per-container families of shared devices."""
+    lines: dict[str, list[str]] = {FB: [], SM: []}
+    for s in splits:
+        dev = device_text(s.device)
+        for o, v in s.fb.items():
+            lines[FB].append(text.sample(FB, f"{dev},{_owner_text(o)}", repr(round(v, 3))))
+        for o, v in s.sm.items():
+            lines[SM].append(text.sample(SM, f"{dev},{_owner_text(o)}", repr(round(v, 3))))
+    out = [text.family(name, HELP[name], "gauge", ls) for name, ls in lines.items()]
+    return "".join(out), len(lines[FB]) + len(lines[SM])

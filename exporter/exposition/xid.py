@@ -1,0 +1,138 @@
+"""XID counts per device and code, and the ``err_msg`` description of each code.
+
+Counts are keyed by structured identity: the GPU's UUID and, for a MIG
+instance, its GPU-instance and compute-instance ids (plus the pod holding the
+device, with pod labels on), never by label text. A count therefore never
+resets when a label changes, and it outlives driver reloads, a lost GPU and
+MIG reconfiguration for as long as the process runs: a series whose device is
+gone keeps the labels it had when it was last seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+from exporter.nvml.devices import Device
+from exporter.snapshot import Snapshot
+
+Ident = tuple[str, int | None, int | None]  # GPU UUID, GPU-instance id, compute-instance id
+
+DESCRIPTIONS: dict[int, str] = {
+    0: "No Error",
+    13: "Graphics engine exception",
+    31: "GPU memory page fault",
+    32: "Invalid or corrupted push buffer stream",
+    38: "Driver firmware error",
+    43: "GPU stopped processing",
+    45: "Preemptive cleanup, due to previous errors",
+    46: "GPU timeout; reset required",
+    48: "Double-bit ECC error",
+    61: "Internal micro-controller breakpoint or warning",
+    62: "Internal micro-controller halt",
+    63: "Row remapping event (ECC page retirement or row remap)",
+    64: "Row remapping failure",
+    68: "Video processor exception",
+    69: "Graphics engine class error",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "High single-bit ECC error rate",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+    109: "Context switch timeout",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    121: "C2C link corrected error",
+    140: "Unrecovered ECC error",
+    143: "GPU initialization failure",
+    144: "NVLink SAW error",
+    145: "NVLink RLW error",
+    146: "NVLink TLW error",
+    147: "NVLink TREX error",
+    148: "NVLink NVLE error",
+    149: "NVLink NETIR error",
+    150: "NVLink MSE error",
+}
+
+
+def describe(xid: int) -> str:
+    """The err_msg for an XID code (``Unknown XID`` for codes not listed)."""
+    return DESCRIPTIONS.get(xid, "Unknown XID")
+
+
+@dataclass(frozen=True, slots=True)
+class XidSeries:
+    """One counter series: where (last known device), which code, charged to whom, how many."""
+
+    device: Device
+    xid: int
+    holder: Hashable | None  # the holder record from kube/, None without pod labels
+    count: int
+
+
+def ident(dev: Device) -> Ident:
+    """Structured identity of a GPU or MIG instance (MIG: parent UUID, GI, CI)."""
+    return (dev.uuid, dev.gi, dev.ci) if dev.is_mig else (dev.uuid, None, None)
+
+
+class XidCounter:
+    """Turns the event thread's cumulative counts into counter series.
+
+    With pod labels, an XID is charged to the container holding the device in
+    the cycle it is seen, so a new pod on the GPU does not inherit old XIDs; a
+    former holder's series goes when another container holds the device.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, int | None, int], int] = {}
+        self._acc: dict[tuple[Ident, int, Hashable | None], int] = {}
+        self._holders: dict[tuple[Ident, Hashable | None], Hashable | None] = {}
+        self._where: dict[Ident, Device] = {}  # present devices, and last seen of counted ones
+
+    def update(
+        self, snap: Snapshot, holders: Mapping[str, Hashable] | None = None
+    ) -> list[XidSeries]:
+        """Add the events counted since the last call; the series, ordered by device key."""
+        holders = holders or {}
+        present: dict[Ident, Device] = {}
+        for d in snap.gpus + snap.down + snap.entities:
+            present[ident(d)] = d
+        self._where.update(present)
+        by_gi: dict[tuple[str, int | None], Ident] = {
+            (i[0], i[1]): i for i in self._where if i[1] is not None
+        }
+        for uuid, gi, xid, n in snap.xid.counts:
+            at = by_gi.get((uuid, gi)) or (uuid, None, None)
+            if at not in self._where:
+                continue
+            prev = self._seen.get((uuid, gi, xid), 0)
+            self._seen[(uuid, gi, xid)] = n
+            delta = n - prev if n >= prev else n  # a smaller total: the watcher started over
+            if delta > 0:
+                h = holders.get(self._where[at].key)
+                owner = getattr(h, "owner", h)
+                key = (at, xid, owner)
+                self._acc[key] = self._acc.get(key, 0) + delta
+                self._holders[(at, owner)] = h
+        self._drop_former_holders(present, holders)
+        counted = {at for at, _, _ in self._acc}
+        self._where = {i: d for i, d in self._where.items() if i in present or i in counted}
+        out = [
+            XidSeries(self._where[at], xid, self._holders[(at, owner)], n)
+            for (at, xid, owner), n in self._acc.items()
+        ]
+        out.sort(key=lambda s: (s.device.key, s.xid))
+        return out
+
+    def _drop_former_holders(self, present: Mapping[Ident, Device], holders: Mapping) -> None:
+        """Forget series of containers that no longer hold a device that is present."""
+        for at, xid, owner in list(self._acc):
+            dev = present.get(at)
+            if owner is None or dev is None:
+                continue
+            h = holders.get(dev.key)
+            if getattr(h, "owner", h) != owner:
+                del self._acc[(at, xid, owner)]
+                self._holders.pop((at, owner), None)
+            else:
+                self._holders[(at, owner)] = h  # same container, maybe newer labels

@@ -1,0 +1,242 @@
+"""The exposition package on hand-made snapshots: escaping, families, XID series, the build."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from exporter.catalog import load
+from exporter.config import default_metrics_file
+from exporter.exposition import dcgm, text
+from exporter.exposition.build import Builder, Exposition
+from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.exposition.xid import XidCounter, describe
+from exporter.kube.attribution import Holder
+from exporter.kube.mapper import Owner
+from exporter.nvml.devices import Device
+from exporter.nvml.events import XidState
+from exporter.snapshot import Snapshot
+from tests.exposition import samples
+
+CATALOG = load(default_metrics_file())
+
+
+def gpu(i: int = 0, host: str = "node", uuid: str = "") -> Device:
+    uuid = uuid or f"GPU-{i}"
+    labels = (
+        ("gpu", str(i)),
+        ("UUID", uuid),
+        ("pci_bus_id", f"0000:{i:02x}:00.0"),
+        ("device", f"nvidia{i}"),
+        ("modelName", "NVIDIA H100 80GB HBM3"),
+        ("Hostname", host),
+    )
+    return Device(uuid, i, uuid, "NVIDIA H100 80GB HBM3", None, labels)
+
+
+def mig(parent: Device, gi: int, profile: str = "1g.10gb") -> Device:
+    labels = (*parent.labels[:5], ("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi)))
+    labels += parent.labels[5:]
+    key = f"MIG-{parent.uuid}-{gi}"
+    return Device(key, parent.index, parent.uuid, parent.model, None, labels, parent, gi, 0)
+
+
+def snap(gpus=(), entities=None, down=(), values=None, counts=(), last=()) -> Snapshot:
+    vals = {k: MappingProxyType(v) for k, v in (values or {}).items()}
+    return Snapshot(
+        taken_at=1.0,
+        duration=0.1,
+        gpus=tuple(gpus),
+        entities=tuple(gpus if entities is None else entities),
+        down=tuple(down),
+        values=MappingProxyType(vals),
+        xid=XidState(tuple(counts), tuple(last)),
+    )
+
+
+def dcgm_text(s: Snapshot, holders=None) -> tuple[str, int]:
+    b = Builder(SelfMetrics(1.0))
+    n = b.dcgm(s, CATALOG, holders)
+    return b.dcgm_text, n
+
+
+# --- text ---------------------------------------------------------------------------------
+
+
+def test_label_values_are_escaped():
+    assert text.escape('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+    assert text.join([("pod", 'x"} 1\n'), ("ns", "ok")]) == 'pod="x\\"} 1\\n",ns="ok"'
+
+
+def test_help_escapes_backslash_and_newline_only():
+    assert text.head("m", 'say "hi"\\\nnext', "gauge") == (
+        '# HELP m say "hi"\\\\\\nnext\n# TYPE m gauge\n'
+    )
+
+
+def test_values_keep_ints_and_round_trip_floats():
+    assert text.num(3) == "3"
+    assert text.num(0.1) == "0.1"
+    assert float(text.num(1 / 3)) == 1 / 3
+
+
+def test_a_family_without_samples_is_left_out():
+    assert text.family("m", "help", "gauge", []) == ""
+
+
+# --- DCGM families ------------------------------------------------------------------------
+
+
+def test_device_and_instance_fields_go_to_their_devices():
+    g, w = gpu(0), gpu(1)
+    m = mig(g, 3)
+    s = snap(
+        [g, w],
+        entities=[w, m],
+        values={
+            g.key: {"DCGM_FI_DEV_GPU_TEMP": 40},
+            w.key: {"DCGM_FI_DEV_GPU_TEMP": 41, "DCGM_FI_DEV_FB_USED": 1.5},
+            m.key: {"DCGM_FI_DEV_FB_USED": 2.0},
+        },
+    )
+    body, n = dcgm_text(s)
+    by = {(x.name, x.labels["gpu"], x.labels.get("GPU_I_ID")): x.value for x in samples(body)}
+    assert by[("DCGM_FI_DEV_GPU_TEMP", "0", None)] == 40
+    assert by[("DCGM_FI_DEV_FB_USED", "1", None)] == 1.5
+    assert by[("DCGM_FI_DEV_FB_USED", "0", "3")] == 2.0
+    assert ("DCGM_FI_DEV_FB_USED", "0", None) not in by  # never on a MIG-enabled parent
+    assert n == len(samples(body))
+    assert body.count("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n") == 1
+
+
+def test_hostile_labels_cannot_forge_series():
+    evil = 'x"} 1\nDCGM_FORGED{gpu="0"} 666\n# \\'
+    g = gpu(0, host=evil)
+    holder = Holder(Owner(evil, evil, evil), evil, (("label_team", evil),))
+    body, n = dcgm_text(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), {g.key: holder})
+    parsed = samples(body)
+    assert len(parsed) == n and not any(x.name == "DCGM_FORGED" for x in parsed)
+    temp = next(x for x in parsed if x.name == "DCGM_FI_DEV_GPU_TEMP")
+    assert temp.labels["pod"] == temp.labels["label_team"] == text.escape(evil)
+
+
+def test_one_holder_adds_pod_labels_in_dcgm_order():
+    g = gpu(0)
+    h = Holder(Owner("ns", "p", "c", "claim", "cns"), "uid-1", (("label_app", "a"),))
+    body, _ = dcgm_text(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), {g.key: h})
+    line = next(x for x in body.splitlines() if x.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    tail = line.split('Hostname="node",', 1)[1]
+    assert tail == (
+        'pod="p",namespace="ns",container="c",pod_uid="uid-1",claim_name="claim",'
+        'claim_namespace="cns",label_app="a"} 40'
+    )
+
+
+def test_a_new_family_is_one_function(monkeypatch: pytest.MonkeyPatch):
+    def constant(spec, fr):
+        return [text.sample(spec.name, fr.labels(g), "7") for g in fr.snap.gpus]
+
+    monkeypatch.setitem(dcgm.BY_NAME, "DCGM_FI_DEV_GPU_TEMP", constant)
+    g = gpu(0)
+    body, _ = dcgm_text(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}))
+    assert [x.value for x in samples(body) if x.name == "DCGM_FI_DEV_GPU_TEMP"] == [7]
+
+
+def test_last_xid_names_the_code():
+    g = gpu(0)
+    body, _ = dcgm_text(snap([g], last=[(g.uuid, 79)]))
+    x = next(x for x in samples(body) if x.name == "DCGM_FI_DEV_XID_ERRORS")
+    assert (x.value, x.labels["err_code"], x.labels["err_msg"]) == (79, "79", describe(79))
+    assert describe(100000) == "Unknown XID"
+
+
+# --- XID counter --------------------------------------------------------------------------
+
+
+def xid_rows(counter: XidCounter, s: Snapshot, holders=None):
+    return [(x.device.key, x.xid, x.count) for x in counter.update(s, holders)]
+
+
+def test_xid_count_survives_a_label_change():
+    """A relabelled GPU (here: its hostname label) keeps its count under the new labels."""
+    c = XidCounter()
+    assert xid_rows(c, snap([gpu(0)], counts=[("GPU-0", None, 13, 2)])) == [("GPU-0", 13, 2)]
+    renamed = gpu(0, host="other")
+    series = c.update(snap([renamed], counts=[("GPU-0", None, 13, 3)]))
+    assert [(s.count, s.device.labels[-1]) for s in series] == [(3, ("Hostname", "other"))]
+
+
+def test_xid_count_survives_a_pod_label_change():
+    g = gpu(0)
+    c = XidCounter()
+    before = {g.key: Holder(Owner("ns", "p", "c"), "", (("label_v", "1"),))}
+    after = {g.key: Holder(Owner("ns", "p", "c"), "", (("label_v", "2"),))}
+    c.update(snap([g], counts=[(g.uuid, None, 13, 1)]), before)
+    series = c.update(snap([g], counts=[(g.uuid, None, 13, 2)]), after)
+    assert [(s.count, s.holder) for s in series] == [(2, after[g.key])]
+
+
+def test_xid_counts_continue_when_the_watcher_starts_over():
+    g = gpu(0)
+    c = XidCounter()
+    c.update(snap([g], counts=[(g.uuid, None, 31, 5)]))
+    assert xid_rows(c, snap([g], counts=[(g.uuid, None, 31, 2)])) == [(g.key, 31, 7)]
+
+
+def test_xid_series_of_a_gone_mig_instance_keep_their_labels():
+    g = gpu(0)
+    m = mig(g, 3, "3g.40gb")
+    c = XidCounter()
+    c.update(snap([g], entities=[m], counts=[(g.uuid, 3, 43, 1)]))
+    series = c.update(snap([g], entities=[g], counts=[(g.uuid, 3, 43, 1)]))
+    assert [(s.device.key, s.count) for s in series] == [(m.key, 1)]
+    assert ("GPU_I_PROFILE", "3g.40gb") in series[0].device.labels
+
+
+# --- build --------------------------------------------------------------------------------
+
+
+def test_exposition_gzip_holds_the_same_bytes():
+    e = Exposition.of("a 1\n")
+    assert gzip.decompress(e.gzipped) == e.plain == b"a 1\n"
+    assert Exposition.of("a 1\n").gzipped == e.gzipped  # no timestamp in the header
+
+
+def test_build_serves_dcgm_then_self_metrics():
+    g = gpu(0)
+    sm = SelfMetrics(15.0)
+    b = Builder(sm)
+    sm.series = b.dcgm(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), CATALOG)
+    body = b.build().plain.decode()
+    assert body.startswith(b.dcgm_text)
+    names = [x.name for x in samples(body)]
+    assert names.index("DCGM_FI_DEV_GPU_TEMP") < names.index("gpu_exporter_series")
+    series = next(x for x in samples(body) if x.name == "gpu_exporter_series")
+    assert series.value == len(samples(b.dcgm_text))
+
+
+def test_a_catalog_reload_changes_the_families(tmp_path: Path):
+    small = tmp_path / "small.csv"
+    small.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n")
+    g = gpu(0)
+    s = snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40, "DCGM_FI_DEV_POWER_USAGE": 99.5}})
+    b = Builder(SelfMetrics(1.0))
+    assert b.dcgm(s, load(small)) == 1
+    assert [x.name for x in samples(b.dcgm_text)] == ["DCGM_FI_DEV_POWER_USAGE"]
+
+
+def test_only_the_exposition_package_writes_metric_text():
+    """HELP/TYPE lines, label escaping and exposition formatters live in exporter/exposition/."""
+    root = Path(__file__).parents[2] / "exporter"
+    markers = ("# HELP", "# TYPE", "generate_latest", '\\\\"')
+    offenders = [
+        f"{path.relative_to(root)}: {marker}"
+        for path in root.rglob("*.py")
+        if "exposition" not in path.parts
+        for marker in markers
+        if marker in path.read_text()
+    ]
+    assert offenders == []
