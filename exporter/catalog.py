@@ -123,7 +123,7 @@ def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalo
             key = spec.name if isinstance(spec, Skipped) else spec.field.name
             if key in seen:
                 raise CatalogError(
-                    f"{path}:{lineno}: {spec.name} is already listed on line {seen[key]}; "
+                    f"{path}:{lineno}: {row[0].strip()} is already listed on line {seen[key]}; "
                     "keep one row per field"
                 )
             seen[key] = lineno
