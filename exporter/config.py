@@ -88,24 +88,33 @@ class Config:
     web_systemd_socket: bool = False  # asked for; not supported, logged at startup
 
 
+def _int(value: str) -> int | None:
+    """A whole number of at most 15 digits, or None."""
+    text = value.strip()
+    if len(text) > 16:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
 def parse_address(value: str, source: str) -> tuple[str, int]:
     """``[host]:port`` -> (host, port); host "" means every interface."""
     host, sep, port_text = value.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    port = _int(port_text) if port_text.isdigit() else None
+    if not sep or port is None or not 0 < port < 65536:
         raise ConfigError(
             f"{source}: {value!r} is not an address; use [host]:port, e.g. :9400 or 127.0.0.1:9400"
         )
     host = host.strip("[]")
-    return host, int(port_text)
+    return host, port
 
 
 def parse_interval(value: str, source: str) -> float:
     """Milliseconds (dcgm-exporter's unit) -> seconds."""
-    try:
-        ms = int(value)
-    except ValueError:
-        ms = -1
-    if ms < MIN_INTERVAL_MS:
+    ms = _int(value)
+    if ms is None or ms < MIN_INTERVAL_MS:
         raise ConfigError(
             f"{source}: {value!r} is not a collection interval; give milliseconds, "
             f"at least {MIN_INTERVAL_MS} (default {DEFAULT_INTERVAL_MS})"
@@ -115,11 +124,8 @@ def parse_interval(value: str, source: str) -> float:
 
 def parse_count(value: str, source: str, what: str, lo: int, hi: int) -> int:
     """A whole number from ``lo`` to ``hi``; ConfigError naming the input otherwise."""
-    try:
-        n = int(value)
-    except ValueError:
-        n = lo - 1
-    if not lo <= n <= hi:
+    n = _int(value)
+    if n is None or not lo <= n <= hi:
         raise ConfigError(f"{source}: {value!r} is not {what}; give a number from {lo} to {hi}")
     return n
 
