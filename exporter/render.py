@@ -62,7 +62,7 @@ def render(
             devices = snap.gpus if f.scope is Scope.DEVICE else snap.entities
             name = spec.name
             for dev in devices:
-                v = snap.values.get(dev.key, {}).get(name)
+                v = snap.values.get(dev.key, {}).get(f.name)  # name: 1.x with -o
                 if v is not None:
                     lines.append(f"{name}{{{labels(dev)}}} {_num(v)}\n")
         if lines:

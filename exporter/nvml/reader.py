@@ -55,6 +55,7 @@ class FieldReader:
         self.session = session
         self._plans: dict[tuple[str, Scope], _Plan] = {}
         self._off: dict[str, set[str]] = {}
+        self._told = False  # the one info line about unavailable fields was logged
         self.set_fields(fields)
 
     def set_fields(self, fields: Iterable[Field]) -> None:
@@ -133,7 +134,15 @@ class FieldReader:
         for f in fields:
             if f.name not in off:
                 off.add(f.name)
-                log.info("%s not available on %s: %s; omitted", f.name, _where(dev), why)
+                log.debug("%s not available on %s: %s; omitted", f.name, _where(dev), why)
+                if not self._told:  # one line at the default level, not one per field and GPU
+                    self._told = True
+                    log.info(
+                        "fields a GPU does not support are omitted for it (first: %s on %s); "
+                        "--log-level debug names each",
+                        f.name,
+                        _where(dev),
+                    )
         for s in Scope:
             self._plans.pop((dev.key, s), None)
 
