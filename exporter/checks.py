@@ -13,11 +13,12 @@ from exporter.config import Config
 
 log = logging.getLogger("exporter")
 
-MAX_LINE = 200  # characters of one error or --check line
+MAX_LINE = 200  # characters of one --check listing line
+MAX_ERROR = 400  # characters of one error message (a long value is cut in the middle)
 KUBELET_TIMEOUT_S = 2.0
 
 
-def one_line(text: str, limit: int = MAX_LINE) -> str:
+def one_line(text: str, limit: int = MAX_ERROR) -> str:
     """``text`` on one line of at most ``limit`` characters, cut in the middle if longer."""
     text = " ".join(text.split())
     if len(text) <= limit:

@@ -33,7 +33,7 @@ def assert_refused(p: subprocess.CompletedProcess, *needles: str) -> None:
     assert "Traceback" not in p.stderr
     assert 1 <= len(lines) <= 3, p.stderr
     assert lines[0].startswith("gpu-exporter: error: ")
-    assert len(lines[0]) <= 240
+    assert len(lines[0]) <= len("gpu-exporter: error: ") + 400
     for needle in needles:
         assert needle in lines[0], lines[0]
     assert "serving" not in p.stderr
@@ -132,7 +132,7 @@ def test_check_reports_each_problem_on_its_own_line(files: Path):
         "--simulate",
         "--pod-resources-kubelet-socket",
     ]
-    assert all(len(line) <= 240 for line in lines)
+    assert all(len(line) <= len("gpu-exporter: error: ") + 400 for line in lines)
 
 
 def test_check_passes_with_a_reachable_kubelet_socket(tmp_path: Path):
