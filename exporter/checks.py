@@ -141,10 +141,12 @@ def log_startup(cfg: Config, catalog: Catalog) -> None:
         len(catalog.labels),
     )
     if catalog.skipped:
+        n = len(catalog.skipped)
         log.warning(
-            "%d rows of %s not served (fields NVML cannot serve or this exporter does not "
+            "%d row%s of %s not served (fields NVML cannot serve or this exporter does not "
             "know); --check or --log-level debug lists them",
-            len(catalog.skipped),
+            n,
+            "" if n == 1 else "s",
             catalog.path,
         )
         for line in skipped_lines(catalog):

@@ -31,7 +31,7 @@ def test_every_dcgm_field_csv_starts_serves_and_logs_a_dozen_lines():
     lines = out.splitlines()
     startup = lines[: next(i for i, s in enumerate(lines) if " stopping" in s)]
     assert len(startup) <= 12, "\n".join(startup)
-    assert sum("rows of" in s and "not served" in s for s in startup) == 1
+    assert sum(" rows of" in s and "not served" in s for s in startup) == 1
     assert sum("no effect without DCGM: --remote-hostengine-info" in s for s in startup) == 1
     assert "Traceback" not in out
 
