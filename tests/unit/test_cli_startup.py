@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from tests.procs import Exporter
@@ -36,21 +37,21 @@ def test_every_dcgm_field_csv_starts_serves_and_logs_a_dozen_lines():
     assert "Traceback" not in out
 
 
-def test_json_log_format_and_old_names():
-    exp = Exporter(
-        "--log-format",
-        "json",
-        "-o",
-        "-f",
-        str(FIXTURES / "dcgm-1x-compatibility-metrics.csv"),
-    )
+def test_json_log_format_and_old_names(tmp_path: Path):
+    csv = tmp_path / "1x.csv"
+    csv.write_text((FIXTURES / "dcgm-1x-compatibility-metrics.csv").read_text())
+    exp = Exporter("--log-format", "json", "-o", "-c", "300", "-f", str(csv))
     try:
         exp.wait_ready()
         text = exp.metrics()
+        csv.write_text(csv.read_text() + "dcgm_power_violation, counter, Throttling (in ns).\n")
+        exp.proc.send_signal(signal.SIGHUP)  # a reload keeps the 1.x names
+        again = exp.wait_metrics(lambda t: "dcgm_power_violation{" in t, 10, "the new row")
     finally:
         out = exp.stop()
     assert served(text, "dcgm_gpu_temp") and served(text, "dcgm_fb_used")
     assert not served(text, "DCGM_FI_DEV_GPU_TEMP")
+    assert served(again, "dcgm_gpu_temp") and not served(again, "DCGM_FI_DEV_GPU_TEMP")
     records = [json.loads(line) for line in out.splitlines()]
     assert records and all({"time", "level", "msg"} <= set(r) for r in records)
     assert any("serving on" in r["msg"] for r in records)
