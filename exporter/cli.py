@@ -47,6 +47,21 @@ EXIT_USAGE = 2
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args([self._go_form(a) for a in given], namespace)
+
+    def _go_form(self, arg: str) -> str:
+        """dcgm-exporter's parser (Go) takes -address and --f as well as --address and -f."""
+        name, eq, value = arg.partition("=")
+        known = self._option_string_actions
+        if name in known or not name.startswith("-"):
+            return arg
+        alt = name[1:] if name.startswith("--") else "-" + name
+        return alt + eq + value if alt in known else arg
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {checks.one_line(message)} (see --help)\n")
 

@@ -135,6 +135,8 @@ def add_dcgm_flags(parser: argparse.ArgumentParser) -> None:
     )
     for f in DCGM_FLAGS:
         names = ([f"-{f.short}"] if f.short else []) + [f"--{f.long}"]
+        if len(f.short) > 1:
+            names.append(f"--{f.short}")  # Go takes --rbmn as well as -rbmn
         text = f"{f.help} (env {f.env}; default {f.default})"
         if f.boolean:
             group.add_argument(*names, dest=f.dest, action="store_true", default=None, help=text)

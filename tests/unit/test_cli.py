@@ -99,6 +99,16 @@ def test_windows_debug_json_and_old_names():
     assert (c.replace_blanks_in_model_name, c.log_format, c.log_level) == (True, "json", "warning")
 
 
+def test_go_spellings_of_flags():
+    """dcgm-exporter's Go parser takes one or two dashes on any flag name."""
+    c = cfg(["-address", "127.0.0.1:9401", "--c=500", "-no-hostname", "--rbmn", "-debug"])
+    assert (c.host, c.port, c.interval_s) == ("127.0.0.1", 9401, 0.5)
+    assert (c.no_hostname, c.replace_blanks_in_model_name, c.log_level) == (True, True, "debug")
+    assert cfg(["-collectors=" + str(FIXTURES / "bad-columns.csv")]).metrics_file.endswith(
+        "bad-columns.csv"
+    )
+
+
 def test_simulate_environment():
     assert cfg([], {"GPU_EXPORTER_SIMULATE": "false"}).simulate is False
     assert cfg([], {"GPU_EXPORTER_SIMULATE": "0"}).simulate is False
