@@ -128,6 +128,26 @@ DCGM_FLAGS: tuple[Flag, ...] = (
 BY_LONG = {f.long: f for f in DCGM_FLAGS}
 
 
+class GoBool(argparse.Action):
+    """A switch that also takes ``--flag=false`` (any Go boolean), as dcgm-exporter's does."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        value = True
+        if isinstance(values, str):
+            try:
+                value = parse_bool(values, "")
+            except ValueError:
+                msg = f"{values!r} is not a boolean; use true or false"
+                raise argparse.ArgumentError(self, msg) from None
+        setattr(namespace, self.dest, value)
+
+
 def add_dcgm_flags(parser: argparse.ArgumentParser) -> None:
     """dcgm-exporter's flags, in one help group; each names its variable and default."""
     group = parser.add_argument_group(
@@ -139,7 +159,9 @@ def add_dcgm_flags(parser: argparse.ArgumentParser) -> None:
             names.append(f"--{f.short}")  # Go takes --rbmn as well as -rbmn
         text = f"{f.help} (env {f.env}; default {f.default})"
         if f.boolean:
-            group.add_argument(*names, dest=f.dest, action="store_true", default=None, help=text)
+            group.add_argument(
+                *names, dest=f.dest, action=GoBool, nargs="?", metavar="BOOL", help=text
+            )
         else:
             group.add_argument(*names, dest=f.dest, metavar="VALUE", help=text)
 

@@ -104,6 +104,8 @@ def test_go_spellings_of_flags():
     c = cfg(["-address", "127.0.0.1:9401", "--c=500", "-no-hostname", "--rbmn", "-debug"])
     assert (c.host, c.port, c.interval_s) == ("127.0.0.1", 9401, 0.5)
     assert (c.no_hostname, c.replace_blanks_in_model_name, c.log_level) == (True, True, "debug")
+    c = cfg(["--kubernetes=false", "-n=False", "--debug=0"], {"DCGM_EXPORTER_NO_HOSTNAME": "1"})
+    assert (c.kube, c.no_hostname, c.log_level) == (None, False, "info")  # the flag wins
     assert cfg(["-collectors=" + str(FIXTURES / "bad-columns.csv")]).metrics_file.endswith(
         "bad-columns.csv"
     )

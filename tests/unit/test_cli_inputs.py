@@ -53,6 +53,7 @@ def files(tmp_path: Path) -> Path:
 CASES = [
     (["--interval-typo", "5"], {}, ["unrecognized arguments: --interval-typo"]),
     (["--kube"], {}, ["unrecognized arguments: --kube"]),  # no abbreviations
+    (["--no-hostname=maybe"], {}, ["--no-hostname: 'maybe' is not a boolean"]),
     (["-c", "abc"], {}, ["-c/--collect-interval: 'abc'"]),
     ([], {"DCGM_EXPORTER_INTERVAL": "-5"}, ["environment variable DCGM_EXPORTER_INTERVAL"]),
     (["-a", "9400"], {}, ["-a/--address: '9400'"]),
