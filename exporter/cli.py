@@ -44,6 +44,7 @@ from exporter.flags import Resolver, add_dcgm_flags
 log = logging.getLogger("exporter")
 
 EXIT_USAGE = 2
+MAX_ALLOWLIST = 100  # regexes in --kubernetes-pod-label-allowlist-regex
 
 
 class _Parser(argparse.ArgumentParser):
@@ -154,7 +155,10 @@ def _allowlist(r: Resolver) -> tuple[str, ...]:
     value, src = r.flag("kubernetes-pod-label-allowlist-regex")
     if value is None:
         return ()
-    return tuple(check_regex(x.strip(), src) for x in value.split(",") if x.strip())
+    parts = [x.strip() for x in value.split(",") if x.strip()]
+    if len(parts) > MAX_ALLOWLIST:
+        raise ConfigError(f"{src}: {len(parts)} regexes; give at most {MAX_ALLOWLIST}")
+    return tuple(check_regex(x, src) for x in parts)
 
 
 def _kube_config(r: Resolver, node: str) -> KubeConfig | None:

@@ -164,6 +164,7 @@ def test_dcgm_only_flags_are_named_as_without_effect():
         (["--log-format", "xml"], {}, "--log-format: 'xml' is not a log format"),
         (["-x", "0"], {}, "-x/--xid-count-window-size: '0' is not a window"),
         (["-k", "--kubernetes-pod-label-allowlist-regex", "a,("], {}, "allowlist-regex: '('"),
+        (["-k", "--kubernetes-pod-label-allowlist-regex", "a," * 101], {}, "give at most 100"),
         ([], {"DCGM_EXPORTER_USE_FAKE_GPUS": "nope"}, "DCGM_EXPORTER_USE_FAKE_GPUS: 'nope'"),
     ],
 )
