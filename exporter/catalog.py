@@ -1,20 +1,31 @@
 """The metrics file: dcgm-exporter's CSV format (``FIELD, type, help``) to metric specs.
 
 Parsing is strict where a mistake would silently lose data (wrong column count,
-unknown type, unknown field name: a :class:`CatalogError` naming file and line)
-and lenient where dcgm-exporter is (``#`` comments, padding spaces, blank lines).
+unknown type, a name that cannot be a metric name, a file with no rows: a
+:class:`CatalogError` naming file and line) and lenient where dcgm-exporter is
+(``#`` comments, padding spaces, blank lines). A row naming a field NVML cannot
+serve, or one this exporter does not know, is skipped with its reason, so
+NVIDIA's own CSVs load.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 from exporter.nvml.fields import FIELDS, UNSERVED, Field
 
 TYPES = ("gauge", "counter", "label", "histogram", "summary")
+MAX_BYTES = 1 << 20  # a metrics file larger than 1 MiB is refused
+MAX_ROWS = 5000  # rows (DCGM knows about a thousand fields)
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+UNKNOWN = "not a field this exporter knows (docs/compatibility.md lists them)"
 
 
 class CatalogError(ValueError):
@@ -32,13 +43,20 @@ class MetricSpec:
     field: Field
 
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A row the exporter cannot serve, with the reason logged once at startup."""
-
+class _Pair(NamedTuple):
     name: str
-    line: int
     reason: str
+
+
+class Skipped(_Pair):
+    """A row the exporter does not serve: the pair (field name, reason), and its ``line``."""
+
+    line: int
+
+    def __new__(cls, name: str, line: int, reason: str) -> Skipped:
+        self = super().__new__(cls, name, reason)
+        self.line = line
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +67,34 @@ class Catalog:
     metrics: tuple[MetricSpec, ...]
     labels: tuple[MetricSpec, ...]
     skipped: tuple[Skipped, ...]
+    old_names: bool = False  # served under dcgm-exporter 1.x names (-o)
 
     def names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.metrics + self.labels)
 
 
-def load(path: str | Path) -> Catalog:
-    """Read and validate a metrics file; raises :class:`CatalogError` on any malformed row."""
+@cache
+def names_1x() -> dict[str, str]:
+    """dcgm-exporter 1.x name -> DCGM field name (names-1x.csv, shipped in the package)."""
+    text = (resources.files("exporter") / "names-1x.csv").read_text(encoding="utf-8")
+    rows = csv.reader(io.StringIO(text), skipinitialspace=True)
+    return {r[0]: r[1] for r in rows if r and not r[0].startswith("#")}
+
+
+def load(path: str | Path, old_names: bool = False) -> Catalog:
+    """Read and validate a metrics file; raises :class:`CatalogError` on any malformed row.
+
+    ``old_names``: serve fields under their dcgm-exporter 1.x names where they have one.
+    """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise CatalogError(
+                f"{path}: the metrics file is larger than {MAX_BYTES >> 20} MiB; "
+                "list only the fields to serve"
+            )
+        text = raw.decode("utf-8")
     except OSError as e:
         raise CatalogError(
             f"{path}: cannot read the metrics file ({e.strerror}); "
@@ -65,10 +102,10 @@ def load(path: str | Path) -> Catalog:
         ) from None
     except UnicodeDecodeError:
         raise CatalogError(f"{path}: not UTF-8 text; save the metrics file as UTF-8") from None
-    return parse(text, str(path))
+    return parse(text, str(path), old_names)
 
 
-def parse(text: str, path: str = "<metrics>") -> Catalog:
+def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalog:
     """Parse metrics-file text; ``path`` only names the source in error messages."""
     metrics: list[MetricSpec] = []
     labels: list[MetricSpec] = []
@@ -80,13 +117,16 @@ def parse(text: str, path: str = "<metrics>") -> Catalog:
             lineno = reader.line_num
             if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
                 continue
-            spec = _row(row, path, lineno)
-            if spec.name in seen:
+            if len(seen) >= MAX_ROWS:
+                raise CatalogError(f"{path}:{lineno}: more than {MAX_ROWS} rows; list fewer")
+            spec = _row(row, path, lineno, old_names)
+            key = spec.name if isinstance(spec, Skipped) else spec.field.name
+            if key in seen:
                 raise CatalogError(
-                    f"{path}:{lineno}: {spec.name} is already listed on line {seen[spec.name]}; "
+                    f"{path}:{lineno}: {row[0].strip()} is already listed on line {seen[key]}; "
                     "keep one row per field"
                 )
-            seen[spec.name] = lineno
+            seen[key] = lineno
             if isinstance(spec, Skipped):
                 skipped.append(spec)
             elif spec.type == "label":
@@ -95,10 +135,15 @@ def parse(text: str, path: str = "<metrics>") -> Catalog:
                 metrics.append(spec)
     except csv.Error as e:
         raise CatalogError(f"{path}:{reader.line_num}: {e}; fix the CSV quoting") from None
-    return Catalog(path, tuple(metrics), tuple(labels), tuple(skipped))
+    if not seen:
+        raise CatalogError(
+            f"{path}: the metrics file has no rows; list fields as FIELD, type, help "
+            "(the shipped metrics.csv is an example)"
+        )
+    return Catalog(path, tuple(metrics), tuple(labels), tuple(skipped), old_names)
 
 
-def _row(row: list[str], path: str, lineno: int) -> MetricSpec | Skipped:
+def _row(row: list[str], path: str, lineno: int, old: bool) -> MetricSpec | Skipped:
     fields = [c.strip() for c in row]
     if len(fields) != 3:
         raise CatalogError(
@@ -108,21 +153,30 @@ def _row(row: list[str], path: str, lineno: int) -> MetricSpec | Skipped:
     name, typ, help_text = fields
     if not name:
         raise CatalogError(f"{path}:{lineno}: the field name is empty")
+    if not _NAME.fullmatch(name):
+        raise CatalogError(
+            f"{path}:{lineno}: {name[:60]!r} is not a field name; use a DCGM field name "
+            "such as DCGM_FI_DEV_GPU_UTIL"
+        )
     if typ not in TYPES:
         raise CatalogError(
             f"{path}:{lineno}: {name}: unknown metric type {typ!r}; use one of {', '.join(TYPES)}"
         )
-    field = FIELDS.get(name)
+    field = FIELDS.get(names_1x().get(name, name))
     if field is None:
-        if name in UNSERVED:
-            return Skipped(name, lineno, UNSERVED[name])
-        raise CatalogError(
-            f"{path}:{lineno}: unknown field {name!r}; use a DCGM field name such as "
-            "DCGM_FI_DEV_GPU_UTIL (docs/compatibility.md lists every field this exporter knows)"
-        )
+        return Skipped(name, lineno, UNSERVED.get(name, UNKNOWN))
     if typ in ("histogram", "summary"):
         return Skipped(name, lineno, f"type {typ} has no NVML source; list it as gauge or counter")
     if (typ == "label") != field.is_label:
         want = "label" if field.is_label else "gauge or counter"
-        raise CatalogError(f"{path}:{lineno}: {name} is a {want} field, not {typ}")
+        return Skipped(name, lineno, f"served as a {want} field here; list it as {want}")
+    if old:
+        name = _old_by_field().get(field.name, name)
+    elif name != field.name:
+        name = field.name  # a 1.x name without -o: served under the DCGM name
     return MetricSpec(name, typ, help_text, lineno, field)
+
+
+@cache
+def _old_by_field() -> dict[str, str]:
+    return {v: k for k, v in names_1x().items()}

@@ -1,7 +1,8 @@
 """Command line: flags, then environment variables (dcgm-exporter's names), then defaults.
 
 Exit codes: 0 after a clean stop (or a passing ``--check``), 1 on a runtime
-failure, 2 on bad input (a flag, an environment value, the metrics file).
+failure, 2 on bad input (a flag, an environment value, a file it names), always
+as one line on stderr before anything is served.
 """
 
 from __future__ import annotations
@@ -13,155 +14,122 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from exporter import __version__, webconfig
-from exporter.catalog import CatalogError, load
+from exporter import __version__, checks, logsetup
 from exporter.config import (
     DEFAULT_ADDRESS,
     DEFAULT_HTTP_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_SOCKET,
+    DEFAULT_WINDOW_MS,
+    LOG_FORMATS,
+    LOG_LEVELS,
     Config,
     ConfigError,
+    DeviceSelection,
     KubeConfig,
     check_file,
     check_regex,
     default_metrics_file,
     node_name,
     parse_address,
+    parse_bool,
     parse_count,
+    parse_devices,
     parse_interval,
+    parse_window,
 )
+from exporter.flags import Resolver, add_dcgm_flags
 
 log = logging.getLogger("exporter")
 
 EXIT_USAGE = 2
+MAX_ALLOWLIST = 100  # regexes in --kubernetes-pod-label-allowlist-regex
 
 
 class _Parser(argparse.ArgumentParser):
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        given = sys.argv[1:] if args is None else list(args)
+        return super().parse_known_args([self._go_form(a) for a in given], namespace)
+
+    def _go_form(self, arg: str) -> str:
+        """dcgm-exporter's parser (Go) takes -address and --f as well as --address and -f."""
+        name, eq, value = arg.partition("=")
+        known = self._option_string_actions
+        if name in known or not name.startswith("-"):
+            return arg
+        alt = name[1:] if name.startswith("--") else "-" + name
+        return alt + eq + value if alt in known else arg
+
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {checks.one_line(message)} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="gpu-exporter",
+        allow_abbrev=False,  # dcgm-exporter takes no abbreviations; a typo is an error
         description="Prometheus exporter for NVIDIA GPUs and MIG instances over NVML, "
         "with dcgm-exporter's metric names and labels. Each flag falls back to the "
         "environment variable named in its help, then to its default.",
     )
-    p.add_argument(
-        "-a",
-        "--address",
-        help=f"listen address [host]:port (env DCGM_EXPORTER_LISTEN; default {DEFAULT_ADDRESS})",
-    )
-    p.add_argument(
-        "-c",
-        "--collect-interval",
-        metavar="MS",
-        help="collection interval in milliseconds "
-        f"(env DCGM_EXPORTER_INTERVAL; default {DEFAULT_INTERVAL_MS})",
-    )
-    p.add_argument(
-        "-f",
-        "--collectors",
-        metavar="FILE",
-        help="metrics file in dcgm-exporter's CSV format "
-        "(env DCGM_EXPORTER_COLLECTORS; default: the metrics.csv shipped with the exporter)",
-    )
-    p.add_argument(
+    p.add_argument("-v", "--version", action="version", version=f"gpu-exporter {__version__}")
+    add_dcgm_flags(p)
+    g = p.add_argument_group("gpu-exporter flags", "this exporter's own")
+    g.add_argument(
         "--collect-timeout",
         metavar="MS",
         help="longest a collection cycle may take before scrapes are served as stale "
         "(env GPU_EXPORTER_COLLECT_TIMEOUT; default: the interval, at most 10000)",
     )
-    p.add_argument(
+    g.add_argument(
         "--hostname-label",
         choices=("Hostname", "hostname"),
         help="name of the node label: dcgm-exporter releases use Hostname, its main branch "
         "hostname (env GPU_EXPORTER_HOSTNAME_LABEL; default Hostname). The value is env "
         "NODE_NAME, else the host name",
     )
-    p.add_argument(
+    g.add_argument(
         "--simulate",
         nargs="?",
         const="",
         metavar="FLEET.yaml",
         help="run against the simulated NVML driver; FLEET.yaml describes the node "
-        "(default: 8x H100 with MIG on two GPUs) (env GPU_EXPORTER_SIMULATE)",
+        "(default: 8x H100 with MIG on two GPUs) (env GPU_EXPORTER_SIMULATE: true, "
+        "false or a fleet file)",
     )
-    p.add_argument(
+    g.add_argument(
         "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        help="log level (env GPU_EXPORTER_LOG_LEVEL; default info)",
+        choices=LOG_LEVELS,
+        help="log level (env GPU_EXPORTER_LOG_LEVEL; default info; --debug means debug)",
     )
-    p.add_argument(
-        "--web-config-file",
-        metavar="FILE",
-        help="TLS, basic auth and response headers, in exporter-toolkit's web config format; "
-        "re-read when it or a file it names changes (env DCGM_EXPORTER_WEB_CONFIG_FILE; "
-        "default: none, plain HTTP)",
-    )
-    p.add_argument(
+    g.add_argument(
         "--max-connections",
         metavar="N",
         help="most HTTP connections open at once; past it a new connection closes the oldest "
         "idle one (env GPU_EXPORTER_MAX_CONNECTIONS; default "
         f"{DEFAULT_MAX_CONNECTIONS})",
     )
-    p.add_argument(
+    g.add_argument(
         "--http-timeout",
         metavar="MS",
         help="longest a connection may take to send a complete request (TLS handshake and "
         "headers), or stay idle between requests, before it is closed "
         f"(env GPU_EXPORTER_HTTP_TIMEOUT; default {DEFAULT_HTTP_TIMEOUT_MS})",
     )
-    _kube_flags(p)
-    p.add_argument(
+    _kube_flags(g)
+    g.add_argument(
         "--check",
         action="store_true",
-        help="validate flags and the metrics file, print what would be served, and exit",
+        help="validate everything a start would (flags, metrics file, web config, fleet "
+        "file, kubelet socket with -k), print what would be served, and exit 0 or 2",
     )
-    p.add_argument("--version", action="version", version=f"gpu-exporter {__version__}")
     return p
 
 
-def _kube_flags(p: argparse.ArgumentParser) -> None:
-    k = p.add_argument_group("pod attribution (Kubernetes)")
-    k.add_argument(
-        "-k",
-        "--kubernetes",
-        action="store_true",
-        default=None,
-        help="add pod, namespace and container labels from the kubelet "
-        "(env DCGM_EXPORTER_KUBERNETES=true)",
-    )
-    k.add_argument(
-        "--pod-resources-kubelet-socket",
-        metavar="PATH",
-        help=f"kubelet pod-resources socket (env DCGM_POD_RESOURCES_KUBELET_SOCKET; "
-        f"default {DEFAULT_SOCKET})",
-    )
-    k.add_argument(
-        "--kubernetes-gpu-id-type",
-        choices=("uid", "device-name"),
-        help="device ID form the device plugin reports; both forms are recognised either way "
-        "(env DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE; default uid)",
-    )
-    k.add_argument(
-        "--nvidia-resource-names",
-        metavar="NAMES",
-        help="extra resource names holding NVIDIA GPUs, comma-separated, * allowed "
-        "(env NVIDIA_RESOURCE_NAMES); nvidia.com/gpu, nvidia.com/gpu.shared and "
-        "nvidia.com/mig-* are always read",
-    )
-    k.add_argument(
-        "--kubernetes-enable-pod-uid",
-        action="store_true",
-        default=None,
-        help="add a pod_uid label (needs the API server) "
-        "(env DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID=true)",
-    )
+def _kube_flags(k: argparse._ArgumentGroup) -> None:
     k.add_argument(
         "--kubernetes-pod-labels",
         metavar="REGEX",
@@ -183,94 +151,114 @@ def _kube_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _truthy(value: str | None, source: str) -> bool:
+def _allowlist(r: Resolver) -> tuple[str, ...]:
+    value, src = r.flag("kubernetes-pod-label-allowlist-regex")
     if value is None:
-        return False
-    v = value.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("", "0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{source}: {value!r} is not a boolean; use true or false")
+        return ()
+    parts = [x.strip() for x in value.split(",") if x.strip()]
+    if len(parts) > MAX_ALLOWLIST:
+        raise ConfigError(f"{src}: {len(parts)} regexes; give at most {MAX_ALLOWLIST}")
+    return tuple(check_regex(x, src) for x in parts)
 
 
-def _kube_config(args: argparse.Namespace, env: Mapping[str, str], node: str) -> KubeConfig | None:
-    def flag(value: bool | None, name: str) -> bool:
-        return True if value else _truthy(env.get(name), f"environment variable {name}")
-
-    if not flag(args.kubernetes, "DCGM_EXPORTER_KUBERNETES"):
+def _kube_config(r: Resolver, node: str) -> KubeConfig | None:
+    if not r.dcgm_boolean("kubernetes"):
         return None
-    socket = args.pod_resources_kubelet_socket or env.get(
-        "DCGM_POD_RESOURCES_KUBELET_SOCKET", DEFAULT_SOCKET
+    socket, _ = r.flag("pod-resources-kubelet-socket")
+    names, _ = r.flag("nvidia-resource-names")
+    id_type, src = r.flag("kubernetes-gpu-id-type")
+    if id_type not in (None, "uid", "device-name"):
+        raise ConfigError(f"{src}: {id_type!r} is not an ID type; use uid or device-name")
+    labels, src = r.value(
+        "kubernetes_pod_labels", "--kubernetes-pod-labels", "GPU_EXPORTER_KUBERNETES_POD_LABELS"
     )
-    names = args.nvidia_resource_names or env.get("NVIDIA_RESOURCE_NAMES", "")
-    id_type = args.kubernetes_gpu_id_type or env.get("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", "uid")
-    if id_type not in ("uid", "device-name"):
-        raise ConfigError(
-            f"environment variable DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE: {id_type!r}; "
-            "use uid or device-name"
-        )
-    labels = args.kubernetes_pod_labels or env.get("GPU_EXPORTER_KUBERNETES_POD_LABELS") or None
-    if labels:
-        src = (
-            "--kubernetes-pod-labels"
-            if args.kubernetes_pod_labels
-            else ("environment variable GPU_EXPORTER_KUBERNETES_POD_LABELS")
-        )
-        check_regex(labels, src)
+    dra = r.boolean("kubernetes_dra", "GPU_EXPORTER_KUBERNETES_DRA")
     return KubeConfig(
         node_name=node,
-        socket=socket,
-        resource_names=tuple(n.strip() for n in names.split(",") if n.strip()),
-        gpu_id_type=id_type,
-        pod_uid=flag(args.kubernetes_enable_pod_uid, "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"),
-        pod_labels=labels,
-        dra=flag(args.kubernetes_dra, "GPU_EXPORTER_KUBERNETES_DRA"),
-        host_proc=args.host_proc or env.get("GPU_EXPORTER_HOST_PROC", "/proc"),
+        socket=socket or DEFAULT_SOCKET,
+        resource_names=tuple(n.strip() for n in (names or "").split(",") if n.strip()),
+        gpu_id_type=id_type or "uid",
+        pod_uid=r.dcgm_boolean("kubernetes-enable-pod-uid"),
+        pod_labels=check_regex(labels, src) if labels else None,
+        dra=dra or r.dcgm_boolean("kubernetes-enable-dra"),
+        host_proc=r.value("host_proc", "--host-proc", "GPU_EXPORTER_HOST_PROC")[0] or "/proc",
+        dcgm_pod_labels=r.dcgm_boolean("kubernetes-enable-pod-labels"),
+        pod_label_allowlist=_allowlist(r),
+        virtual_gpus=r.dcgm_boolean("kubernetes-virtual-gpus"),
     )
+
+
+def _simulate(r: Resolver) -> tuple[bool, str | None]:
+    """(simulate, fleet file): env true/false as a Go boolean, anything else a fleet file."""
+    value, src = r.value("simulate", "--simulate", "GPU_EXPORTER_SIMULATE")
+    if value is None:
+        return False, None
+    if value == "":
+        return True, None
+    try:
+        return parse_bool(value, src), None
+    except ConfigError:
+        return True, check_file(value, src, "fleet file")
+
+
+def _logging(r: Resolver) -> tuple[str, str]:
+    level, src = r.value("log_level", "--log-level", "GPU_EXPORTER_LOG_LEVEL")
+    if r.dcgm_boolean("debug"):
+        level = "debug"
+    elif level is not None and level.lower() not in LOG_LEVELS:
+        raise ConfigError(f"{src}: {level!r} is not a log level; use {', '.join(LOG_LEVELS)}")
+    fmt, src = r.flag("log-format")
+    if fmt is not None and fmt not in LOG_FORMATS:
+        raise ConfigError(f"{src}: {fmt!r} is not a log format; use text or json")
+    return (level or "info").lower(), fmt or "text"
+
+
+def _windows(r: Resolver) -> tuple[float, float]:
+    out = []
+    for long in ("xid-count-window-size", "clock-events-count-window-size"):
+        value, src = r.flag(long)
+        out.append(parse_window(value, src) if value is not None else DEFAULT_WINDOW_MS / 1000)
+    return out[0], out[1]
+
+
+def _http(r: Resolver) -> tuple[int, int]:
+    value, src = r.value("max_connections", "--max-connections", "GPU_EXPORTER_MAX_CONNECTIONS")
+    max_conns = DEFAULT_MAX_CONNECTIONS
+    if value is not None:
+        max_conns = parse_count(value, src, "a connection limit", 1, 1_000_000)
+    value, src = r.value("http_timeout", "--http-timeout", "GPU_EXPORTER_HTTP_TIMEOUT")
+    http_timeout = DEFAULT_HTTP_TIMEOUT_MS
+    if value is not None:
+        http_timeout = parse_count(value, src, "a timeout in milliseconds", 100, 3_600_000)
+    return max_conns, http_timeout
+
+
+def _hostname_label(r: Resolver) -> str:
+    label, src = r.value("hostname_label", "--hostname-label", "GPU_EXPORTER_HOSTNAME_LABEL")
+    if label not in (None, "Hostname", "hostname"):
+        raise ConfigError(f"{src}: {label!r} is not a label name; use Hostname or hostname")
+    return label or "Hostname"
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     """Combine flags and environment into a Config; raises ConfigError naming the input."""
-
-    def pick(flag: str | None, flag_name: str, env_name: str) -> tuple[str | None, str]:
-        if flag is not None:
-            return flag, flag_name
-        if env.get(env_name):
-            return env[env_name], f"environment variable {env_name}"
-        return None, ""
-
-    value, src = pick(args.address, "-a/--address", "DCGM_EXPORTER_LISTEN")
+    r = Resolver(args, env)
+    value, src = r.flag("address")
     host, port = parse_address(value or DEFAULT_ADDRESS, src or "default address")
-    value, src = pick(args.collect_interval, "-c/--collect-interval", "DCGM_EXPORTER_INTERVAL")
+    value, src = r.flag("collect-interval")
     interval = parse_interval(value, src) if value is not None else DEFAULT_INTERVAL_MS / 1000
-    value, src = pick(args.collect_timeout, "--collect-timeout", "GPU_EXPORTER_COLLECT_TIMEOUT")
+    value, src = r.value("collect_timeout", "--collect-timeout", "GPU_EXPORTER_COLLECT_TIMEOUT")
     timeout = parse_interval(value, src) if value is not None else min(interval, 10.0)
-    value, src = pick(args.collectors, "-f/--collectors", "DCGM_EXPORTER_COLLECTORS")
+    value, src = r.flag("collectors")
     metrics_file = check_file(value, src, "metrics file") if value else default_metrics_file()
-    label, _ = pick(args.hostname_label, "--hostname-label", "GPU_EXPORTER_HOSTNAME_LABEL")
-    if label not in (None, "Hostname", "hostname"):
-        raise ConfigError(
-            f"environment variable GPU_EXPORTER_HOSTNAME_LABEL: {label!r}; use Hostname or hostname"
-        )
-    sim, src = pick(args.simulate, "--simulate", "GPU_EXPORTER_SIMULATE")
-    simulate = sim is not None
-    fleet = sim or None
-    if fleet and fleet not in ("1", "true"):
-        check_file(fleet, src, "fleet file")
-    else:
-        fleet = None
-    level, _ = pick(args.log_level, "--log-level", "GPU_EXPORTER_LOG_LEVEL")
-    value, src = pick(args.web_config_file, "--web-config-file", "DCGM_EXPORTER_WEB_CONFIG_FILE")
+    value, src = r.flag("web-config-file")
     web_config = check_file(value, src, "web config file") if value else None
-    value, src = pick(args.max_connections, "--max-connections", "GPU_EXPORTER_MAX_CONNECTIONS")
-    max_conns = DEFAULT_MAX_CONNECTIONS
-    if value is not None:
-        max_conns = parse_count(value, src, "a connection limit", 1, 1_000_000)
-    value, src = pick(args.http_timeout, "--http-timeout", "GPU_EXPORTER_HTTP_TIMEOUT")
-    http_timeout = DEFAULT_HTTP_TIMEOUT_MS
-    if value is not None:
-        http_timeout = parse_count(value, src, "a timeout in milliseconds", 100, 3_600_000)
+    value, src = r.flag("devices")
+    devices = parse_devices(value, src) if value is not None else DeviceSelection()
+    simulate, fleet = _simulate(r)
+    level, log_format = _logging(r)
+    max_conns, http_timeout = _http(r)
+    xid_window, clock_window = _windows(r)
     hostname = node_name(env.get("NODE_NAME"))
     return Config(
         host=host,
@@ -279,48 +267,52 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         collect_timeout_s=timeout,
         metrics_file=metrics_file,
         hostname=hostname,
-        hostname_label=label or "Hostname",
+        hostname_label=_hostname_label(r),
         simulate=simulate,
         fleet=fleet,
-        log_level=(level or "info").lower(),
+        log_level=level,
         check=args.check,
         web_config_file=web_config,
-        kube=_kube_config(args, env, hostname),
+        kube=_kube_config(r, hostname),
         max_connections=max_conns,
         http_timeout_s=http_timeout / 1000,
+        devices=devices,
+        xid_window_s=xid_window,
+        clock_events_window_s=clock_window,
+        no_hostname=r.dcgm_boolean("no-hostname"),
+        old_names=r.dcgm_boolean("use-old-namespace"),
+        replace_blanks_in_model_name=r.dcgm_boolean("replace-blanks-in-model-name"),
+        log_format=log_format,
+        no_effect=r.no_effect(),
+        web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
     )
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-exporter: error: {checks.one_line(message)}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cfg = config_from(args, os.environ)
-        catalog = load(cfg.metrics_file)
-        if cfg.web_config_file:
-            webconfig.load(cfg.web_config_file)
-    except (ConfigError, CatalogError) as e:
-        print(f"gpu-exporter: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    logging.basicConfig(
-        level=cfg.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for s in catalog.skipped:
-        log.warning("%s (%s:%d) not served: %s", s.name, catalog.path, s.line, s.reason)
+    except ConfigError as e:
+        return _fail(str(e))
     if cfg.check:
-        names = ", ".join(m.name for m in catalog.metrics + catalog.labels)
-        print(f"ok: {len(catalog.metrics)} metrics, {len(catalog.labels)} label fields: {names}")
-        return 0
+        return checks.run_check(cfg)
+    catalog, problems = checks.validate(cfg)
+    if problems or catalog is None:
+        return _fail(problems[0])
+    logsetup.configure(cfg.log_level, cfg.log_format)
+    checks.log_startup(cfg, catalog)
     if cfg.simulate:
         from exporter import sim
 
         try:
             sim.install(cfg.fleet)
         except ValueError as e:
-            print(f"gpu-exporter: error: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        log.info("simulated NVML driver: %s", cfg.fleet or "default fleet (8x H100, 2 with MIG)")
+            return _fail(str(e))
     from exporter.app import run
 
     return run(cfg, catalog)

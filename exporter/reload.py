@@ -97,7 +97,7 @@ async def reload_metrics(poller: Poller, path: str, last: str | None) -> str | N
         log.info("metrics file %s unchanged", path)
         return last
     try:
-        catalog = await loop.run_in_executor(None, load, path)
+        catalog = await loop.run_in_executor(None, load, path, poller.catalog.old_names)
     except CatalogError as e:
         log.error("%s; still collecting with the last good metrics file", e)
         return last

@@ -42,10 +42,11 @@ def values(spec: MetricSpec, fr: Frame) -> list[str]:
     snap = fr.snap
     devices = snap.gpus if spec.field.scope is Scope.DEVICE else snap.entities
     name, labels, num, readings = spec.name, fr.series_labels, text.num, snap.values
+    key = spec.field.name  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
     out = []
     for dev in devices:  # the hot loop of a cycle: one line per series, written inline
         got = readings.get(dev.key)
-        v = got.get(name) if got is not None else None
+        v = got.get(key) if got is not None else None
         if v is not None:
             out.append(f"{name}{{{labels[dev.key]}}} {num(v)}\n")
     return out

@@ -85,6 +85,7 @@ class Enumerator:
         self.hostname = hostname
         self.hostname_label = hostname_label
         self.label_fields = tuple(label_fields)
+        self.replace_blanks = False  # modelName "NVIDIA H100" -> "NVIDIA-H100" (-rbmn)
         self._known: dict[int, Device] = {}  # handle address -> GPU
         self._mig: dict[str, Device] = {}  # MIG UUID -> instance
         self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
@@ -161,8 +162,8 @@ class Enumerator:
             ("UUID", uuid),
             ("pci_bus_id", bus),
             ("device", f"nvidia{minor}"),
-            ("modelName", name),
-            (self.hostname_label, self.hostname),
+            ("modelName", name.replace(" ", "-") if self.replace_blanks else name),
+            *([(self.hostname_label, self.hostname)] if self.hostname_label else []),
             *self._label_values(handle, uuid),
         ]
         gpu = Device(uuid, index, uuid, name, handle, tuple(labels))
@@ -217,7 +218,7 @@ class Enumerator:
         attrs = s.call(Call("nvmlDeviceGetAttributes_v2"), handle)
         profile = f"{attrs.gpuInstanceSliceCount}g.{math.ceil(attrs.memorySizeMB / 1024)}gb"
         base = list(gpu.labels)
-        at = [k for k, _ in base].index(self.hostname_label)
+        at = [k for k, _ in base].index("modelName") + 1
         labels = [*base[:at], ("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi)), *base[at:]]
         dev = Device(
             key,

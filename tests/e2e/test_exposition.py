@@ -181,5 +181,4 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         assert all("DCGM_FI_DRIVER_VERSION" in s.labels for s in find(text, "DCGM_FI_DEV_GPU_TEMP"))
     finally:
         log = exp.stop()
-    assert log.count("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == 1
-    assert "not available through NVML" in log
+    assert "1 row of" in log and "not served" in log  # one warning; names at debug level

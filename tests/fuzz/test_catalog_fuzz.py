@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -33,10 +34,11 @@ def test_any_text_loads_or_raises_catalog_error(text):
     except CatalogError as e:
         assert str(e).startswith("fuzz.csv:")  # names the file (and line) it is about
         return
-    seen = [m.name for m in cat.metrics + cat.labels] + [s.name for s in cat.skipped]
+    seen = [m.field.name for m in cat.metrics + cat.labels] + [s.name for s in cat.skipped]
     assert len(seen) == len(set(seen))
-    assert all(m.name in FIELDS for m in cat.metrics + cat.labels)
-    assert all(s.name in FIELDS or s.name in UNSERVED for s in cat.skipped)
+    assert seen, "a file without rows is an error, not an empty catalog"
+    assert all(m.field.name in FIELDS for m in cat.metrics + cat.labels)
+    assert all(s.reason for s in cat.skipped)  # every skipped row says why
 
 
 def _row(name: str, typ: str, help_text: str, pad: str) -> str:
@@ -69,6 +71,10 @@ def test_valid_rows_come_back_exactly(rows, pad, noise):
     lines = [_row(n, t, h, pad) for n, t, h in rows]
     for i, extra in enumerate(noise):
         lines.insert(i % (len(lines) + 1), extra)
+    if not rows:
+        with pytest.raises(CatalogError, match="has no rows"):
+            parse("\n".join(lines))
+        return
     cat = parse("\n".join(lines))
     got = [(m.name, m.type, m.help) for m in sorted(cat.metrics + cat.labels, key=lambda m: m.line)]
     assert got == [(n, t, h) for n, t, h in rows]

@@ -201,7 +201,7 @@ def test_sighup_reloads_while_scrapes_stay_whole(tmp_path):
         wait_until(lambda: node.get("/")[1].get("X-Frame-Options") == "sameorigin", 2, "header")
         time.sleep(0.5)
         # a broken file: refused, the last good one stays
-        metrics.write_text(fewer + "DCGM_FI_DEV_NO_SUCH_FIELD, gauge, nothing\n")
+        metrics.write_text(fewer + "DCGM_FI_DEV_NO_SUCH_FIELD, gauges, nothing\n")
         hup()
         wait_until(lambda: "DCGM_FI_DEV_NO_SUCH_FIELD" in node.output(), 5, "the error logged")
         time.sleep(1.0)
@@ -230,7 +230,7 @@ def test_sighup_reloads_while_scrapes_stay_whole(tmp_path):
     assert seen.get(fam_full, 0) > 10 and seen.get(fam_fewer, 0) > 10, seen.values()
     assert took <= 1.5  # the next cycle (0.3 s), plus reading the file, on a busy machine
     assert "still collecting with the last good metrics file" in log
-    assert "unknown field 'DCGM_FI_DEV_NO_SUCH_FIELD'" in log
+    assert "DCGM_FI_DEV_NO_SUCH_FIELD: unknown metric type 'gauges'" in log
     print(
         f"\nSIGHUP: {sum(seen.values())} scrapes during 3 reloads, a refused file and 20 more "
         f"SIGHUPs, all complete; new metrics file served {took:.2f} s after SIGHUP"

@@ -54,10 +54,14 @@ def test_dcgm_default_counters_load_unchanged():
         ("DCGM_FI_DEV_GPU_UTIL, gauge\n", "m.csv:1: expected 3 comma-separated fields"),
         ("# c\nDCGM_FI_DEV_GPU_UTIL, gauge, a, b\n", "m.csv:2: expected 3 comma-separated fields"),
         ("DCGM_FI_DEV_GPU_UTIL, gauges, x\n", "m.csv:1: DCGM_FI_DEV_GPU_UTIL: unknown metric type"),
-        ("DCGM_FI_DEV_GPU_UTILL, gauge, x\n", "m.csv:1: unknown field 'DCGM_FI_DEV_GPU_UTILL'"),
         (", gauge, x\n", "m.csv:1: the field name is empty"),
-        ("DCGM_FI_DRIVER_VERSION, gauge, x\n", "m.csv:1: DCGM_FI_DRIVER_VERSION is a label field"),
-        ("DCGM_FI_DEV_GPU_TEMP, label, x\n", "m.csv:1: DCGM_FI_DEV_GPU_TEMP is a gauge or counter"),
+        ("GPU TEMP, gauge, x\n", "m.csv:1: 'GPU TEMP' is not a field name"),
+        ("", "m.csv: the metrics file has no rows"),
+        ("# only comments\n\n  \n", "m.csv: the metrics file has no rows"),
+        (
+            "DCGM_FI_DEV_GPU_TEMP, gauge, a\ndcgm_gpu_temp, gauge, b\n",
+            "m.csv:2: dcgm_gpu_temp is already listed on line 1",
+        ),
         (
             "DCGM_FI_DEV_GPU_TEMP, gauge, a\n\nDCGM_FI_DEV_GPU_TEMP, gauge, b\n",
             "m.csv:3: DCGM_FI_DEV_GPU_TEMP is already listed on line 1",
@@ -94,3 +98,59 @@ def test_unreadable_file(tmp_path):
     bad.write_bytes(b"DCGM_FI_DEV_GPU_TEMP, gauge, \xe9\n")
     with pytest.raises(CatalogError, match="not UTF-8"):
         load(bad)
+
+
+def test_unknown_and_unservable_rows_are_skipped_with_reasons():
+    cat = parse(
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t\n"
+        "DCGM_FI_DEV_GPU_UTILL, gauge, typo\n"
+        "DCGM_FI_DEV_NVSWITCH_LINK_STATUS, gauge, switch\n"
+        "DCGM_FI_DRIVER_VERSION, gauge, wrong type\n",
+        "m.csv",
+    )
+    assert [m.name for m in cat.metrics] == ["DCGM_FI_DEV_GPU_TEMP"]
+    assert [(s.name, s.line) for s in cat.skipped] == [
+        ("DCGM_FI_DEV_GPU_UTILL", 2),
+        ("DCGM_FI_DEV_NVSWITCH_LINK_STATUS", 3),
+        ("DCGM_FI_DRIVER_VERSION", 4),
+    ]
+    name, reason = cat.skipped[0]  # (field name, reason) pairs
+    assert name == "DCGM_FI_DEV_GPU_UTILL" and "not a field this exporter knows" in reason
+    assert "NVSwitch" in cat.skipped[1].reason
+    assert "list it as label" in cat.skipped[2].reason
+
+
+def test_every_dcgm_field_name_loads_and_serves_what_nvml_can():
+    cat = load(FIXTURES / "dcgm-all-fields.csv")
+    served = {m.name for m in cat.metrics + cat.labels}
+    rows = [
+        ln for ln in (FIXTURES / "dcgm-all-fields.csv").read_text().splitlines() if ln[:1] != "#"
+    ]
+    assert len(served) + len(cat.skipped) == len(rows) > 600
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_SM_ACTIVE"):
+        assert name in served
+    assert "DCGM_FI_DEV_NVSWITCH_VOLTAGE_MVOLT" in {s.name for s in cat.skipped}
+
+
+def test_old_names_serve_the_1x_names():
+    text = (FIXTURES / "dcgm-1x-compatibility-metrics.csv").read_text()
+    cat = parse(text, "1x.csv", old_names=True)
+    names = [m.name for m in cat.metrics]
+    assert cat.skipped == ()
+    for old in ("dcgm_gpu_temp", "dcgm_power_usage", "dcgm_fb_used", "dcgm_gpu_utilization"):
+        assert old in names
+    assert {m.field.name for m in cat.metrics} >= {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"}
+    # -o also renames DCGM-named rows that have a 1.x name; the others keep theirs
+    cat = parse("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_FB_TOTAL, gauge, f\n", "m", True)
+    assert [m.name for m in cat.metrics] == ["dcgm_gpu_temp", "DCGM_FI_DEV_FB_TOTAL"]
+    # without -o a 1.x row is served under its DCGM name
+    assert [m.name for m in parse("dcgm_gpu_temp, gauge, t\n", "m").metrics] == [
+        "DCGM_FI_DEV_GPU_TEMP"
+    ]
+
+
+def test_oversized_file_is_refused(tmp_path):
+    big = tmp_path / "big.csv"
+    big.write_text("# padding\n" * 200_000)
+    with pytest.raises(CatalogError, match="larger than 1 MiB"):
+        load(big)

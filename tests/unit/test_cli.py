@@ -1,4 +1,4 @@
-"""Flags and environment: one clear line and exit code 2 for bad input."""
+"""Flags and environment resolved into one Config: flag, then variable, then default."""
 
 import subprocess
 import sys
@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import build_parser, config_from, main
-from exporter.config import ConfigError
+from exporter.config import ConfigError, DeviceSelection, parse_bool, parse_devices
+from tests.procs import free_port
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "csv"
 
@@ -23,6 +24,10 @@ def test_defaults_match_dcgm_exporter():
     assert c.hostname_label == "Hostname"
     assert c.metrics_file.endswith("metrics.csv")
     assert c.collect_timeout_s == 10.0
+    assert c.devices == DeviceSelection("f", None)
+    assert (c.xid_window_s, c.clock_events_window_s) == (300.0, 300.0)
+    assert (c.no_hostname, c.old_names, c.replace_blanks_in_model_name) == (False,) * 3
+    assert (c.log_level, c.log_format, c.no_effect, c.kube) == ("info", "text", (), None)
 
 
 def test_environment_fallbacks_and_flag_precedence():
@@ -31,13 +36,116 @@ def test_environment_fallbacks_and_flag_precedence():
         "DCGM_EXPORTER_INTERVAL": "1000",
         "DCGM_EXPORTER_COLLECTORS": str(FIXTURES / "dcgm-default-counters.csv"),
         "GPU_EXPORTER_HOSTNAME_LABEL": "hostname",
+        "DCGM_EXPORTER_NO_HOSTNAME": "false",
+        "DCGM_EXPORTER_DEVICES_STR": "g:0,1",
     }
     c = cfg([], env)
     assert (c.host, c.port, c.interval_s, c.collect_timeout_s) == ("127.0.0.1", 9500, 1.0, 1.0)
     assert c.metrics_file.endswith("dcgm-default-counters.csv")
     assert c.hostname_label == "hostname"
-    c = cfg(["-a", "[::1]:9401", "-c", "500"], env)
+    assert (c.no_hostname, c.devices) == (False, DeviceSelection("g", frozenset({0, 1})))
+    c = cfg(["-a", "[::1]:9401", "-c", "500", "-n", "-d", "i"], env)
     assert (c.host, c.port, c.interval_s) == ("::1", 9401, 0.5)
+    assert (c.no_hostname, c.devices) == (True, DeviceSelection("i", None))
+
+
+def test_empty_environment_values_count_as_unset():
+    c = cfg([], {"DCGM_EXPORTER_LISTEN": "", "DCGM_EXPORTER_KUBERNETES": "", "NODE_NAME": "n"})
+    assert (c.port, c.kube) == (9400, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [(t, True) for t in ("1", "t", "T", "TRUE", "true", "True")]
+    + [(f, False) for f in ("0", "f", "F", "FALSE", "false", "False")],
+)
+def test_go_booleans(text, value):
+    assert parse_bool(text, "X") is value
+    c = cfg([], {"DCGM_EXPORTER_USE_OLD_NAMESPACE": text})
+    assert c.old_names is value
+
+
+@pytest.mark.parametrize("text", ["yes", "on", "2", "tRuE", "enabled"])
+def test_non_go_booleans_are_errors_naming_the_variable(text):
+    with pytest.raises(ConfigError, match=r"environment variable DCGM_EXPORTER_DEBUG: .* boolean"):
+        cfg([], {"DCGM_EXPORTER_DEBUG": text})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("f", DeviceSelection("f", None)),
+        ("g", DeviceSelection("g", None)),
+        ("i", DeviceSelection("i", None)),
+        ("g:0,1", DeviceSelection("g", frozenset({0, 1}))),
+        ("i:0,2-4", DeviceSelection("i", frozenset({0, 2, 3, 4}))),
+    ],
+)
+def test_devices(value, expected):
+    assert parse_devices(value, "-d/--devices") == expected
+
+
+@pytest.mark.parametrize("value", ["x", "f:0", "g:", "g:a", "i:4-2", "g:0,,1", "g:99999"])
+def test_bad_devices(value):
+    with pytest.raises(ConfigError, match=r"-d/--devices: .* use f, g, i"):
+        cfg(["-d", value])
+
+
+def test_windows_debug_json_and_old_names():
+    c = cfg(["-x", "60000", "--clock-events-count-window-size", "1000", "--debug", "-o"])
+    assert (c.xid_window_s, c.clock_events_window_s) == (60.0, 1.0)
+    assert (c.log_level, c.old_names) == ("debug", True)
+    c = cfg(["-rbmn", "--log-format", "json", "--log-level", "warning"])
+    assert (c.replace_blanks_in_model_name, c.log_format, c.log_level) == (True, "json", "warning")
+
+
+def test_go_spellings_of_flags():
+    """dcgm-exporter's Go parser takes one or two dashes on any flag name."""
+    c = cfg(["-address", "127.0.0.1:9401", "--c=500", "-no-hostname", "--rbmn", "-debug"])
+    assert (c.host, c.port, c.interval_s) == ("127.0.0.1", 9401, 0.5)
+    assert (c.no_hostname, c.replace_blanks_in_model_name, c.log_level) == (True, True, "debug")
+    c = cfg(["--kubernetes=false", "-n=False", "--debug=0"], {"DCGM_EXPORTER_NO_HOSTNAME": "1"})
+    assert (c.kube, c.no_hostname, c.log_level) == (None, False, "info")  # the flag wins
+    assert cfg(["-collectors=" + str(FIXTURES / "bad-columns.csv")]).metrics_file.endswith(
+        "bad-columns.csv"
+    )
+
+
+def test_simulate_environment():
+    assert cfg([], {"GPU_EXPORTER_SIMULATE": "false"}).simulate is False
+    assert cfg([], {"GPU_EXPORTER_SIMULATE": "0"}).simulate is False
+    c = cfg([], {"GPU_EXPORTER_SIMULATE": "true"})
+    assert (c.simulate, c.fleet) == (True, None)
+    fleet = str(Path(__file__).parents[2] / "exporter" / "sim" / "fleets" / "default.yaml")
+    c = cfg([], {"GPU_EXPORTER_SIMULATE": fleet})
+    assert (c.simulate, c.fleet) == (True, fleet)
+    assert cfg(["--simulate"], {"GPU_EXPORTER_SIMULATE": "false"}).simulate is True
+
+
+def test_kubernetes_flags():
+    c = cfg(
+        [
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-pod-label-allowlist-regex",
+            "^app$,team.*",
+            "--kubernetes-virtual-gpus",
+        ],
+        {"KUBERNETES_ENABLE_DRA": "true", "NODE_NAME": "n"},
+    )
+    k = c.kube
+    assert k is not None and k.node_name == "n"
+    assert (k.dcgm_pod_labels, k.pod_label_allowlist) == (True, ("^app$", "team.*"))
+    assert (k.virtual_gpus, k.dra) == (True, True)
+    k = cfg(["-k", "--kubernetes-dra"]).kube
+    assert k is not None and k.dra and not k.dcgm_pod_labels
+    assert cfg([], {"DCGM_EXPORTER_KUBERNETES": "True"}).kube is not None
+
+
+def test_dcgm_only_flags_are_named_as_without_effect():
+    c = cfg(["-r", "host:5555", "--fake-gpus"], {"DCGM_EXPORTER_DUMP_ENABLED": "1"})
+    assert c.no_effect == ("--remote-hostengine-info", "--fake-gpus", "--dump-enabled")
+    assert cfg([], {"DCGM_EXPORTER_DUMP_ENABLED": "0"}).no_effect == ("--dump-enabled",)
 
 
 @pytest.mark.parametrize(
@@ -52,6 +160,12 @@ def test_environment_fallbacks_and_flag_precedence():
         (["-f", "/nonexistent.csv"], {}, "-f/--collectors: metrics file '/nonexistent.csv'"),
         (["--simulate", "/no/fleet.yaml"], {}, "--simulate: fleet file '/no/fleet.yaml'"),
         ([], {"GPU_EXPORTER_HOSTNAME_LABEL": "node"}, "GPU_EXPORTER_HOSTNAME_LABEL: 'node'"),
+        ([], {"GPU_EXPORTER_LOG_LEVEL": "verbose"}, "GPU_EXPORTER_LOG_LEVEL: 'verbose' is not"),
+        (["--log-format", "xml"], {}, "--log-format: 'xml' is not a log format"),
+        (["-x", "0"], {}, "-x/--xid-count-window-size: '0' is not a window"),
+        (["-k", "--kubernetes-pod-label-allowlist-regex", "a,("], {}, "allowlist-regex: '('"),
+        (["-k", "--kubernetes-pod-label-allowlist-regex", "a," * 101], {}, "give at most 100"),
+        ([], {"DCGM_EXPORTER_USE_FAKE_GPUS": "nope"}, "DCGM_EXPORTER_USE_FAKE_GPUS: 'nope'"),
     ],
 )
 def test_bad_values_name_the_input(argv, env, message):
@@ -70,45 +184,45 @@ def run(*argv, env=None):
     )
 
 
-@pytest.mark.parametrize(
-    ("argv", "needle"),
-    [
-        (["--interval-typo", "5"], "unrecognized arguments: --interval-typo"),
-        (["-c", "abc"], "-c/--collect-interval: 'abc'"),
-        (["--hostname-label", "HOST"], "invalid choice: 'HOST'"),
-        (["-f", str(FIXTURES / "bad-columns.csv")], "bad-columns.csv:3: expected 3"),
-        (["-f", str(FIXTURES / "unknown-field.csv")], "unknown-field.csv:2: unknown field"),
-    ],
-)
-def test_bad_input_exits_2_with_one_line(argv, needle):
-    p = run(*argv)
-    assert p.returncode == 2
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1, p.stderr
-    assert lines[0].startswith("gpu-exporter: error: ")
-    assert needle in lines[0]
+def check(*argv):
+    return run("--check", "-a", f"127.0.0.1:{free_port()}", *argv)
 
 
-def test_check_mode_reports_and_names_skipped_fields():
-    p = run("--check", "-f", str(FIXTURES / "dcgm-default-counters.csv"))
+def test_check_mode_reports_served_and_skipped_fields():
+    p = check("-f", str(FIXTURES / "dcgm-default-counters.csv"))
+    assert (p.returncode, p.stderr) == (0, "")
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("ok: 26 metrics, 1 label fields: DCGM_FI_DEV_SM_CLOCK")
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in lines[1]
+    assert "not available through NVML" in lines[1]
+    assert all(len(line) <= 200 for line in lines)
+
+
+def test_check_mode_summarises_long_lists():
+    p = check("-f", str(FIXTURES / "dcgm-all-fields.csv"))
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("ok: 26 metrics, 1 label fields")
-    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in p.stderr
-    assert "not available through NVML" in p.stderr
+    lines = p.stdout.splitlines()
+    assert all(len(line) <= 200 for line in lines), lines
+    unknown = next(line for line in lines if "not a field this exporter knows" in line)
+    assert "DCGM_FI_UNKNOWN" in unknown
+    assert unknown.endswith(" more")
 
 
-def test_help_documents_every_flag_and_env():
+def test_version():
+    for flag in ("-v", "--version"):
+        p = run(flag)
+        assert p.returncode == 0
+        assert p.stdout.startswith("gpu-exporter ")
+
+
+def test_help_shows_both_groups_with_every_variable():
+    from exporter.flags import DCGM_FLAGS
+
     text = build_parser().format_help()
-    for s in (
-        "--address",
-        "DCGM_EXPORTER_LISTEN",
-        "--collect-interval",
-        "DCGM_EXPORTER_INTERVAL",
-        "--collectors",
-        "DCGM_EXPORTER_COLLECTORS",
-        "--simulate",
-        "--hostname-label",
-    ):
+    assert "dcgm-exporter flags:" in text and "gpu-exporter flags:" in text
+    for f in DCGM_FLAGS:
+        assert f"--{f.long}" in text and f.env in text
+    for s in ("--simulate", "--hostname-label", "GPU_EXPORTER_SIMULATE", "--check"):
         assert s in text
 
 

@@ -21,3 +21,31 @@ def test_readme_flag_table_covers_every_flag():
         long = [o for o in action.option_strings if o.startswith("--")]
         if long and long[0] not in ("--help", "--version"):
             assert f"`{long[0]}" in text or f", {long[0]}" in text, long[0]
+
+
+def _flag_table() -> list[list[str]]:
+    text = (ROOT / "docs" / "compatibility.md").read_text()
+    section = text.split("## Flags and environment variables", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `--")]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in rows]
+
+
+def test_compatibility_flag_table_matches_the_parser():
+    """Every dcgm-exporter flag is in the table, with the short alias and variable the
+    parser accepts, and a verdict; the parser accepts each one as the table writes it."""
+    from exporter.flags import DCGM_FLAGS
+
+    table = {row[0].strip("`"): row for row in _flag_table()}
+    assert set(table) == {f"--{f.long}" for f in DCGM_FLAGS} | {"--version"}
+    parser = build_parser()
+    options = {o: a for a in parser._actions for o in a.option_strings}
+    for f in DCGM_FLAGS:
+        long, short, env, _, verdict = table[f"--{f.long}"]
+        assert short == (f"`-{f.short}`" if f.short else ""), long
+        assert env == f"`{f.env}`", long
+        assert options[f"--{f.long}"] is options.get(f"-{f.short}", options[f"--{f.long}"])
+        assert verdict.startswith(("same", "different: ", "not applicable: ")), long
+        assert verdict.startswith("not applicable") == f.dcgm_only, long
+        args = [f"--{f.long}"] if f.boolean else [f"--{f.long}", "x"]
+        assert getattr(parser.parse_args(args), f.dest) is not None
+    assert table["--version"][1] == "`-v`" and "-v" in options

@@ -1,0 +1,163 @@
+"""What a start validates (the files the flags name), ``--check``, and the startup log."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from collections import defaultdict
+
+from exporter import __version__, webconfig
+from exporter.catalog import Catalog, CatalogError, load
+from exporter.config import Config
+
+log = logging.getLogger("exporter")
+
+MAX_LINE = 200  # characters of one --check listing line
+MAX_ERROR = 400  # characters of one error message (a long value is cut in the middle)
+KUBELET_TIMEOUT_S = 2.0
+
+
+def one_line(text: str, limit: int = MAX_ERROR) -> str:
+    """``text`` on one line of at most ``limit`` characters, cut in the middle if longer."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 5
+    return f"{text[:head]} ... {text[len(text) - (limit - head - 5) :]}"
+
+
+def _listing(prefix: str, names: list[str], limit: int = MAX_LINE) -> str:
+    """``prefix`` followed by as many names as fit in ``limit`` characters, then a count."""
+    line = prefix
+    for i, name in enumerate(names):
+        more = f" and {len(names) - i} more"
+        sep = ", " if i else " "
+        if len(line) + len(sep) + len(name) + len(more) > limit and i < len(names) - 1:
+            return line + more
+        line += sep + name
+    return line
+
+
+def address_problem(host: str, port: int) -> str | None:
+    """Why the exporter could not listen on ``host:port`` (bad host, port taken), or None."""
+    where = f"-a/--address: {host or '*'}:{port}"
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except (OSError, UnicodeError) as e:
+        return f"{where}: {host!r} is not a host this machine has ({e}); use an IP address of it"
+    family, kind, proto, _, addr = infos[0]
+    s = socket.socket(family, kind, proto)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        s.bind(addr)
+    except OSError as e:
+        return f"{where}: cannot listen there ({e.strerror or e}); pick another address or port"
+    finally:
+        s.close()
+    return None
+
+
+def validate(cfg: Config) -> tuple[Catalog | None, list[str]]:
+    """Check the address and load every file a start needs: the catalog, one line per problem."""
+    problems: list[str] = []
+    catalog = None
+    problem = address_problem(cfg.host, cfg.port)
+    if problem:
+        problems.append(problem)
+    try:
+        catalog = load(cfg.metrics_file, cfg.old_names)
+    except CatalogError as e:
+        problems.append(str(e))
+    if cfg.web_config_file:
+        try:
+            webconfig.load(cfg.web_config_file)
+        except ValueError as e:
+            problems.append(f"--web-config-file: {e}")
+    if cfg.simulate and cfg.fleet:
+        from exporter.sim import load_fleet
+
+        try:
+            load_fleet(cfg.fleet)
+        except ValueError as e:
+            problems.append(f"--simulate: {e}")
+    return catalog, problems
+
+
+def kubelet_problem(path: str) -> str | None:
+    """Why the kubelet's pod-resources socket at ``path`` cannot be reached, or None."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(KUBELET_TIMEOUT_S)
+    try:
+        s.connect(path)
+    except OSError as e:
+        return (
+            f"--pod-resources-kubelet-socket: cannot connect to {path} "
+            f"({e.strerror or e}); mount the kubelet's pod-resources directory or drop -k"
+        )
+    finally:
+        s.close()
+    return None
+
+
+def run_check(cfg: Config) -> int:
+    """``--check``: one line per problem on stderr, what would be served on stdout; 0 or 2."""
+    catalog, problems = validate(cfg)
+    if cfg.kube is not None:
+        problem = kubelet_problem(cfg.kube.socket)
+        if problem:
+            problems.append(problem)
+    for p in problems:
+        print(f"gpu-exporter: error: {one_line(p)}", file=sys.stderr)
+    if catalog is not None:
+        names = [m.name for m in catalog.metrics + catalog.labels]
+        head = f"ok: {len(catalog.metrics)} metrics, {len(catalog.labels)} label fields:"
+        print(_listing(head, names))
+        for line in skipped_lines(catalog):
+            print(line)
+    return 2 if problems else 0
+
+
+def skipped_lines(catalog: Catalog) -> list[str]:
+    """Rows not served, one line per reason, each naming the fields (bounded)."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for s in catalog.skipped:
+        by_reason[s.reason].append(s.name)
+    return [
+        _listing(f"not served ({one_line(reason, 100)}):", names)
+        for reason, names in by_reason.items()
+    ]
+
+
+def log_startup(cfg: Config, catalog: Catalog) -> None:
+    """The startup lines: a handful at the default level, details at debug."""
+    log.info(
+        "gpu-exporter %s: metrics file %s, %d metrics, %d label fields",
+        __version__,
+        catalog.path,
+        len(catalog.metrics),
+        len(catalog.labels),
+    )
+    if catalog.skipped:
+        n = len(catalog.skipped)
+        log.warning(
+            "%d row%s of %s not served (fields NVML cannot serve or this exporter does not "
+            "know); --check or --log-level debug lists them",
+            n,
+            "" if n == 1 else "s",
+            catalog.path,
+        )
+        for line in skipped_lines(catalog):
+            log.debug("%s", line)
+    if cfg.no_effect:
+        log.warning("accepted, no effect without DCGM: %s", ", ".join(cfg.no_effect))
+    if cfg.web_systemd_socket:
+        log.warning(
+            "--web-systemd-socket: socket activation is not supported; listening on %s:%d",
+            cfg.host or "*",
+            cfg.port,
+        )
+    if cfg.simulate:
+        log.info("simulated NVML driver: %s", cfg.fleet or "default fleet (8x H100, 2 with MIG)")
