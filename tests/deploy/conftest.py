@@ -17,7 +17,7 @@ COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_di
 # Components that exclude another one, left out of "all".
 EXCLUSIVE = {"without-prometheus-operator"}
 TARGETS = ["base", *sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir()), "all"]
-SCHEMAS = ROOT.parent / "shared" / "schemas" / "prometheus-operator"
+SCHEMAS = ROOT / "tests" / "fixtures" / "crds"  # vendored: README.md there
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,12 +59,7 @@ def rendered(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
 
 @pytest.fixture(scope="session")
 def crds() -> dict[str, dict[str, Any]]:
-    """Kind -> the openAPIV3Schema of its v1 CRD, from shared/ beside the repository."""
-    if not SCHEMAS.is_dir():
-        pytest.skip(
-            f"{SCHEMAS} not found: the prometheus-operator CRDs come from the shared/ "
-            "checkout beside the repository (CI clones it there)"
-        )
+    """Kind -> the openAPIV3Schema of its v1 CRD, from the vendored copies."""
     out = {}
     for path in SCHEMAS.glob("*.yaml"):
         crd = yaml.safe_load(path.read_text())
