@@ -22,18 +22,38 @@ from kubernetes_validate import utils as kv_utils
 from exporter import __version__
 from exporter.config import DEFAULT_ADDRESS, parse_address
 from exporter.server import routes
-from tests.deploy.conftest import DEPLOY, TARGETS
+from tests.deploy.conftest import COMPONENTS, DEPLOY, EXCLUSIVE, MOVED_NAMESPACE, TARGETS
 from tests.procs import ROOT, require
 
 NAMESPACE = "gpu-exporter"
 OPERATOR_GROUP = "monitoring.coreos.com"
 NO_OPERATOR = "without-prometheus-operator"
+OPENSHIFT_GROUP = "security.openshift.io"
 # hostPath volumes allowed, with the component that brings each in (None: the base).
-HOST_PATHS = {"/var/lib/kubelet/pod-resources": None, "/proc": "shared-gpus"}
+HOST_PATHS = {
+    "/var/lib/kubelet/pod-resources": None,
+    "/proc": "shared-gpus",
+    "/home/kubernetes/bin/nvidia": "gke",
+}
+COMBINABLE = set(COMPONENTS) - EXCLUSIVE
 
 
 def _has(target: str, component: str) -> bool:
-    return target in (component, "all")
+    """Whether the rendered ``target`` includes ``component``."""
+    if target == component:
+        return True
+    if target == "moved" and component == "existing-namespace":
+        return True
+    return target in ("all", "moved") and component in COMBINABLE
+
+
+def _namespace(target: str) -> str:
+    return MOVED_NAMESPACE if _has(target, "existing-namespace") else NAMESPACE
+
+
+def _named(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
 
 
 def _kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -75,12 +95,21 @@ def target(request, rendered):
 
 
 def test_every_namespaced_object_lands_in_the_exporters_namespace(target):
-    _, objs = target
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    name, objs = target
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "SecurityContextConstraints",
+    }
     for o in objs:
         ns = o["metadata"].get("namespace")
-        assert ns == (None if o["kind"] in cluster_scoped else NAMESPACE), o["metadata"]["name"]
-    assert _one(objs, "Namespace")["metadata"]["name"] == NAMESPACE
+        expected = None if o["kind"] in cluster_scoped else _namespace(name)
+        assert ns == expected, (o["kind"], o["metadata"]["name"])
+    if _has(name, "existing-namespace"):
+        assert not _kind(objs, "Namespace"), "an existing namespace must not be changed"
+    else:
+        assert _one(objs, "Namespace")["metadata"]["name"] == NAMESPACE
 
 
 VERSIONS = sorted(set(kv_utils.all_versions()), key=kv_utils.major_minor)
@@ -90,8 +119,8 @@ def test_core_objects_validate_strictly_for_every_kubernetes_version(target):
     """kubernetes-validate's offline schemas, strict: an unknown or misspelt field fails."""
     _, objs = target
     for o in objs:
-        if o["apiVersion"].startswith(OPERATOR_GROUP):
-            continue
+        if o["apiVersion"].startswith((OPERATOR_GROUP, OPENSHIFT_GROUP)):
+            continue  # CRD kinds (below) and OpenShift's own (test_openshift_*)
         for version in VERSIONS:
             try:
                 kubernetes_validate.validate(o, version, strict=True)
@@ -173,29 +202,30 @@ def test_requests_and_limits_set(target):
 
     for r in ("cpu", "memory"):
         assert quantity(res["requests"][r]) <= quantity(res["limits"][r]), r
-    # the benchmark target is RSS under 80 MiB with pod attribution: leave headroom above it
-    assert quantity(res["limits"]["memory"]) >= 96 * 2**20
 
 
 def test_rbac_is_read_only_and_limited_to_what_is_enabled(target):
     name, objs = target
-    role = _one(objs, "ClusterRole")
+    role = _named(objs, "ClusterRole", "gpu-exporter")
     granted = {
         (group, resource): tuple(rule["verbs"])
         for rule in role["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    expected = {("", "pods"): ("get", "list", "watch")}
+    expected = {("", "pods"): ("list", "watch")}
     if _has(name, "dra"):
-        expected[("resource.k8s.io", "resourceslices")] = ("get", "list", "watch")
+        expected[("resource.k8s.io", "resourceslices")] = ("list", "watch")
     assert granted == expected
-    binding = _one(objs, "ClusterRoleBinding")
+    binding = _named(objs, "ClusterRoleBinding", "gpu-exporter")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     account = _pod(objs)["spec"]["serviceAccountName"]
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+        {"kind": "ServiceAccount", "name": account, "namespace": _namespace(name)}
     ]
+    roles = {"gpu-exporter", "gpu-exporter-scc"} if _has(name, "openshift") else {"gpu-exporter"}
+    assert {r["metadata"]["name"] for r in _kind(objs, "ClusterRole")} == roles
+    assert {b["metadata"]["name"] for b in _kind(objs, "ClusterRoleBinding")} == roles
     assert _one(objs, "ServiceAccount")["metadata"]["name"] == account
     assert not _kind(objs, "Role") and not _kind(objs, "RoleBinding")
 
@@ -204,15 +234,35 @@ def test_rbac_is_read_only_and_limited_to_what_is_enabled(target):
 
 
 def test_daemonset_runs_on_gpu_nodes_only(target):
-    _, objs = target
+    name, objs = target
     ds = _one(objs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
-    assert keys == {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+    expected = {"nvidia.com/gpu.present", "feature.node.kubernetes.io/pci-10de.present"}
+    expected |= {"cloud.google.com/gke-accelerator"} if _has(name, "gke") else set()
+    expected |= {"kubernetes.azure.com/accelerator"} if _has(name, "aks") else set()
+    assert keys == expected
+    assert all(len(t["matchExpressions"]) == 1 for t in terms["nodeSelectorTerms"])  # ORed
+    tolerations = [
+        {"key": "nvidia.com/gpu", "operator": "Exists"},
+        {
+            "key": "node-role.kubernetes.io/control-plane",
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        },
+    ]
+    if _has(name, "aks"):
+        tolerations.append(
+            {"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+        )
+    # never every taint: each toleration names its key (the driver manager's eviction taint,
+    # not-ready and unreachable stay in force)
+    assert pod["tolerations"] == tolerations
+    selector = {"nvidia.com/gpu.deploy.client": "true"} if _has(name, "gpu-operator") else None
+    assert pod.get("nodeSelector") == selector
     assert pod["priorityClassName"] == "system-node-critical"
-    assert pod["runtimeClassName"] == "nvidia"
+    assert pod.get("runtimeClassName") == (None if _has(name, "gke") else "nvidia")
     assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     assert (
         ds["spec"]["selector"]["matchLabels"].items()
@@ -246,10 +296,7 @@ def test_service_and_servicemonitor_agree(target):
     assert port["targetPort"] in {p["name"] for p in c["ports"]}
     assert svc["spec"]["selector"].items() <= _pod(objs)["metadata"]["labels"].items()
     if name == NO_OPERATOR:
-        notes = _pod(objs)["metadata"]["annotations"]
-        assert int(notes["prometheus.io/port"]) == c["ports"][0]["containerPort"]
-        assert notes["prometheus.io/path"] in _served_paths()
-        return
+        return  # scraped by deploy/prometheus/scrape-config.yaml: test_annotation_scrape.py
     sm = _one(objs, "ServiceMonitor")
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     (ep,) = sm["spec"]["endpoints"]
@@ -315,7 +362,7 @@ def test_kube_prometheus_stack_labels(target):
 
 
 def test_shared_gpus_sees_host_processes(rendered):
-    for name in ("shared-gpus", "all"):
+    for name in ("shared-gpus", "all", "moved"):
         pod = _pod(rendered[name])["spec"]
         c = _container(rendered[name])
         proc = next(v for v in pod["volumes"] if v.get("hostPath", {}).get("path") == "/proc")
