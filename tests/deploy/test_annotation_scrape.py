@@ -137,9 +137,11 @@ def prom(rendered, tmp_path_factory):
     p = Prometheus(path, work)
     try:
         wait_until(
-            lambda: p.query('up{job="gpu-exporter"} == 1')
-            and p.query('up{job="annotated-control"} == 1')
-            and p.query('DCGM_FI_DEV_GPU_TEMP{job="gpu-exporter"}'),
+            lambda: (
+                p.query('up{job="gpu-exporter"} == 1')
+                and p.query('up{job="annotated-control"} == 1')
+                and p.query('DCGM_FI_DEV_GPU_TEMP{job="gpu-exporter"}')
+            ),
             30,
             "both scrapes",
         )
