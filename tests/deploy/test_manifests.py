@@ -438,6 +438,9 @@ def test_deployed_dashboards_are_the_dashboards(rendered):
         for m in maps:
             (text,) = m["data"].values()
             json.loads(text)
+            assert "${DS_" not in text, "the sidecar substitutes no import placeholder"
+            notes = m["metadata"]["annotations"]
+            assert notes["grafana_folder"] == notes["k8s-sidecar-target-directory"] == "GPU"
             assert len(text.encode()) < 900_000, "a ConfigMap holds at most 1 MiB"
 
 
