@@ -71,3 +71,10 @@ def test_the_templates_leave_job_and_runbooks_to_the_generator():
         text = (ALERTS / "src" / name).read_text()
         assert "runbook_url" not in text.split("groups:", 1)[1], name
         assert "job=" not in text and "job!" not in text, name
+
+
+def test_the_default_runbooks_are_this_repositorys():
+    """The default base is docs/runbooks of the repository the image names as its source."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    (source,) = re.findall(r'org\.opencontainers\.image\.source="([^"]+)"', dockerfile)
+    assert gen.load_config()["runbook_url_base"] == f"{source}/blob/main/docs/runbooks"
