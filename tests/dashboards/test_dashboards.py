@@ -215,3 +215,17 @@ def test_legends_show_the_host_in_either_spelling(dashboard: dict[str, Any]) -> 
             legend = query.get("legendFormat", "")
             if "Hostname" in legend or "hostname" in legend:
                 assert "{{Hostname}}{{hostname}}" in legend, panel["title"]
+
+
+OWN_SERIES = re.compile(r"(?<![\w:\"])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{[^}]*\})?")
+
+
+def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None:
+    """As the rules do (alerts/config.yaml): a second exporter doubles no panel."""
+    job = yaml.safe_load((REPO / "alerts" / "config.yaml").read_text())["job"]
+    variables = [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    exprs = [expr for _, expr in _queries(dashboard)] + variables
+    assert exprs
+    for expr in exprs:
+        for m in OWN_SERIES.finditer(expr):
+            assert m.group(2) and f'job=~"{job}"' in m.group(2), (m.group(0), expr)
