@@ -227,7 +227,10 @@ def test_rbac_is_read_only_and_limited_to_what_is_enabled(target):
     assert {r["metadata"]["name"] for r in _kind(objs, "ClusterRole")} == roles
     assert {b["metadata"]["name"] for b in _kind(objs, "ClusterRoleBinding")} == roles
     assert _one(objs, "ServiceAccount")["metadata"]["name"] == account
-    assert not _kind(objs, "Role") and not _kind(objs, "RoleBinding")
+    # namespaced RBAC only for OpenShift's platform Prometheus (test_platforms.py)
+    prometheus = {"gpu-exporter-prometheus"} if _has(name, "openshift") else set()
+    assert {r["metadata"]["name"] for r in _kind(objs, "Role")} == prometheus
+    assert {b["metadata"]["name"] for b in _kind(objs, "RoleBinding")} == prometheus
 
 
 # What the exporter serves

@@ -91,3 +91,29 @@ def test_existing_namespace_changes_nothing_of_it(rendered):
         assert {o["metadata"]["namespace"] for o in objs if "namespace" in o["metadata"]} == {
             MOVED_NAMESPACE
         }
+
+
+def test_openshift_platform_prometheus_reads_only_this_namespaces_targets(rendered):
+    for name in ("openshift", "all", "moved"):
+        objs = rendered[name]
+        (role,) = _kind(objs, "Role")
+        (binding,) = _kind(objs, "RoleBinding")
+        (account,) = _kind(objs, "ServiceAccount")
+        ns = account["metadata"]["namespace"]
+        assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == ns
+        for rule in role["rules"]:
+            assert rule["verbs"] == ["get", "list", "watch"], rule
+        resources = {r for rule in role["rules"] for r in rule["resources"]}
+        assert resources == {"services", "endpoints", "endpointslices", "pods"}
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": "prometheus-k8s",
+                "namespace": "openshift-monitoring",
+            }
+        ]
