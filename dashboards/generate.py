@@ -1,5 +1,9 @@
 """Generate the Grafana dashboards in dashboards/*.json from the modules beside this file.
 
+Every query on the exporter's own series (DCGM_*, gpu_exporter_*, up) reads the scrape
+job of alerts/config.yaml only, as the rules do (the recording rules' series already
+are), so a second exporter of the same names does not double a panel.
+
 python dashboards/generate.py            # rewrite the JSON files
 python dashboards/generate.py --check    # exit 1 if a JSON file is out of date
 """
@@ -7,6 +11,7 @@ python dashboards/generate.py --check    # exit 1 if a JSON file is out of date
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -24,8 +29,32 @@ BUILDERS = {
 }
 
 
+def _alerts_generate() -> Any:
+    path = DASHBOARDS_DIR.parent / "alerts" / "generate.py"
+    spec = importlib.util.spec_from_file_location("alerts_generate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def select_job(node: Any, job: str, select: Any) -> Any:
+    """``node`` with every PromQL string (targets' expr, variables' query) job-selected."""
+    if isinstance(node, dict):
+        return {
+            k: select(v, job)
+            if k in ("expr", "query", "definition") and isinstance(v, str)
+            else select_job(v, job, select)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [select_job(v, job, select) for v in node]
+    return node
+
+
 def render(build: Any) -> str:
-    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+    gen = _alerts_generate()
+    dashboard = select_job(build(), gen.load_config()["job"], gen.select_job)
+    return json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Small builders for Grafana dashboard JSON (classic model, schemaVersion 41).
 
-Every panel and variable queries the `${datasource}` variable, so the same JSON works when
-imported in the UI (the `__inputs` entry sets the variable's default) and when provisioned
-from a file (Grafana replaces the unresolved value with the first Prometheus data source).
+Every panel and variable queries the `${datasource}` variable, whose default is Grafana's
+default Prometheus data source: the same JSON works imported in the UI and provisioned from
+a file or by the dashboard sidecar, which substitute no `${DS_...}` placeholder.
 """
 
 from __future__ import annotations
@@ -313,7 +313,9 @@ def datasource_variable() -> dict[str, Any]:
         "label": "Data source",
         "type": "datasource",
         "query": "prometheus",
-        "current": {"selected": False, "text": "${DS_PROMETHEUS}", "value": "${DS_PROMETHEUS}"},
+        # No current value: Grafana selects the default Prometheus data source, imported in
+        # the UI and provisioned (the sidecar substitutes no ${DS_...} placeholder) alike.
+        "current": {},
         "hide": 0,
         "includeAll": False,
         "multi": False,
@@ -354,17 +356,6 @@ def dashboard(
     panels = layout(items)
     kinds = sorted({panel["type"] for panel in panels if panel["type"] != "row"})
     return {
-        "__inputs": [
-            {
-                "name": "DS_PROMETHEUS",
-                "label": "Prometheus",
-                "description": "Prometheus that scrapes the GPU exporter and evaluates "
-                "alerts/gpu-recording.rules.yaml",
-                "type": "datasource",
-                "pluginId": "prometheus",
-                "pluginName": "Prometheus",
-            }
-        ],
         "__requires": [
             {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"},
             {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},

@@ -31,12 +31,19 @@ resources:
 # One ConfigMap per dashboard, labelled for Grafana's dashboard sidecar. No name hash:
 # nothing refers to these ConfigMaps, and a new name on every change would leave the old
 # ones behind for Grafana to show twice.
+# The annotations name the Grafana folder for the dashboard sidecar, which reads the one
+# its folderAnnotation setting names: k8s-sidecar-target-directory when unset (the
+# sidecar's default), grafana_folder where the chart's values set that common name. The
+# folder is created with sidecar.dashboards.provider.foldersFromFilesStructure: true.
 generatorOptions:
   disableNameSuffixHash: true
   labels:
     app.kubernetes.io/name: gpu-exporter
     app.kubernetes.io/component: dashboards
     grafana_dashboard: "1"
+  annotations:
+    grafana_folder: GPU
+    k8s-sidecar-target-directory: GPU
 configMapGenerator:
 {generators}"""
 GENERATOR = """\

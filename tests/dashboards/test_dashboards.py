@@ -125,23 +125,15 @@ def test_one_templated_prometheus_data_source(dashboard: dict[str, Any]) -> None
             assert query["datasource"] == DATASOURCE, panel["title"]
 
 
-def test_inputs_serve_ui_import_without_breaking_provisioning(
-    dashboard: dict[str, Any],
-) -> None:
-    """The import input only seeds the data source variable's default.
-
-    On UI import Grafana replaces ${DS_PROMETHEUS} with the chosen data source; a
-    provisioned file keeps the literal text, which must therefore appear nowhere but in
-    the variable's current value, which Grafana replaces by the first Prometheus data source.
-    """
-    inputs = dashboard["__inputs"]
-    assert [(i["name"], i["type"], i["pluginId"]) for i in inputs] == [
-        ("DS_PROMETHEUS", "datasource", "prometheus")
-    ]
-    text = json.dumps({k: v for k, v in dashboard.items() if k != "templating"})
-    assert "${DS_" not in text
-    source = next(v for v in dashboard["templating"]["list"] if v["type"] == "datasource")
-    assert source["current"]["value"] == "${DS_PROMETHEUS}"
+def test_datasource_works_imported_and_provisioned(dashboard: dict[str, Any]) -> None:
+    """No ${DS_...} placeholder anywhere: Grafana's sidecar and file provisioning substitute
+    none. The data source variable has no current value, so Grafana selects the default
+    Prometheus data source, whether the JSON is imported in the UI or provisioned."""
+    assert "__inputs" not in dashboard
+    assert "${DS_" not in json.dumps(dashboard)
+    (source,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    assert source["name"] == "datasource" and source["query"] == "prometheus"
+    assert not source["current"]
 
 
 def test_variables(dashboard: dict[str, Any]) -> None:
@@ -223,3 +215,17 @@ def test_legends_show_the_host_in_either_spelling(dashboard: dict[str, Any]) -> 
             legend = query.get("legendFormat", "")
             if "Hostname" in legend or "hostname" in legend:
                 assert "{{Hostname}}{{hostname}}" in legend, panel["title"]
+
+
+OWN_SERIES = re.compile(r"(?<![\w:\"])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{[^}]*\})?")
+
+
+def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None:
+    """As the rules do (alerts/config.yaml): a second exporter doubles no panel."""
+    job = yaml.safe_load((REPO / "alerts" / "config.yaml").read_text())["job"]
+    variables = [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    exprs = [expr for _, expr in _queries(dashboard)] + variables
+    assert exprs
+    for expr in exprs:
+        for m in OWN_SERIES.finditer(expr):
+            assert m.group(2) and f'job=~"{job}"' in m.group(2), (m.group(0), expr)

@@ -14,10 +14,15 @@ from tests.procs import ROOT, require
 
 DEPLOY = ROOT / "deploy"
 COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_dir())
-# Components that exclude another one, left out of "all".
-EXCLUSIVE = {"without-prometheus-operator"}
-TARGETS = ["base", *sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir()), "all"]
-SCHEMAS = ROOT.parent / "shared" / "schemas" / "prometheus-operator"
+# Components left out of "all": without-prometheus-operator excludes kube-prometheus-stack,
+# and existing-namespace needs the namespace its overlay sets (rendered as "moved" below).
+EXCLUSIVE = {"without-prometheus-operator", "existing-namespace"}
+OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
+# "moved": the existing-namespace overlay with every other combinable component, as
+# docs/deploy.md tells users to copy and extend it.
+TARGETS = ["base", *OVERLAYS, "all", "moved"]
+MOVED_NAMESPACE = "monitoring"
+SCHEMAS = ROOT / "tests" / "fixtures" / "crds"  # vendored: README.md there
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,19 +57,25 @@ def rendered(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
             }
         )
     )
-    folders = {"base": DEPLOY / "base", "all": combo}
+    moved = tmp_path_factory.mktemp("moved") / "site"
+    moved.mkdir()
+    overlay = yaml.safe_load(
+        (DEPLOY / "overlays" / "existing-namespace" / "kustomization.yaml").read_text()
+    )
+    rel = os.path.relpath(DEPLOY, moved)
+    overlay["resources"] = [f"{rel}/base"]
+    overlay["components"] = [f"{rel}/components/existing-namespace"] + [
+        f"{rel}/components/{c}" for c in COMPONENTS if c not in EXCLUSIVE
+    ]
+    (moved / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    folders = {"base": DEPLOY / "base", "all": combo, "moved": moved}
     folders |= {t: DEPLOY / "overlays" / t for t in TARGETS if t not in folders}
     return {name: _render(folder) for name, folder in folders.items()}
 
 
 @pytest.fixture(scope="session")
 def crds() -> dict[str, dict[str, Any]]:
-    """Kind -> the openAPIV3Schema of its v1 CRD, from shared/ beside the repository."""
-    if not SCHEMAS.is_dir():
-        pytest.skip(
-            f"{SCHEMAS} not found: the prometheus-operator CRDs come from the shared/ "
-            "checkout beside the repository (CI clones it there)"
-        )
+    """Kind -> the openAPIV3Schema of its v1 CRD, from the vendored copies."""
     out = {}
     for path in SCHEMAS.glob("*.yaml"):
         crd = yaml.safe_load(path.read_text())
