@@ -252,12 +252,13 @@ def build() -> dict[str, Any]:
         ),
         timeseries(
             "NVLink throughput",
-            "Bytes per second over each GPU's NVLinks, sent and received together (the "
-            "NVLink data counter of the default metrics file; GPUs with NVLink only).",
+            "Bytes per second over each GPU's NVLinks, sent and received together "
+            "(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is already a throughput, KiB/s / 1000, as "
+            "DCGM computes it; max, not sum: MIG instances repeat their GPU's value).",
             [
                 target(
-                    "sum by (Hostname, hostname, gpu) (rate(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
-                    f"{{{G}}}[$__rate_interval])) * 1024",
+                    "max by (Hostname, hostname, gpu) (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+                    f"{{{G}}}) * 1024000",
                     GPU_LEGEND,
                 ),
             ],
