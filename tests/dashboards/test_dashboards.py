@@ -40,9 +40,11 @@ GRAFANA_VARIABLES = {"__rate_interval", "__range", "__range_s", "datasource"}
 # Counters whose names do not end in _total; the remapped-row counts are shown as totals
 # on purpose (rows remapped over the GPU's life), so they are not listed.
 COUNTERS = re.compile(
-    r"\b(\w+_total|\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION|DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
-    r"|DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION|DCGM_FI_DEV_PCIE_[TR]X_THROUGHPUT)\b"
+    r"\b(\w+_total|(?!DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL\b)\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION"
+    r"|DCGM_FI_DEV_PCIE_REPLAY_COUNTER|DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)\b"
 )
+# Throughputs DCGM computes from two samples (docs/compatibility.md): never rate() them.
+RATES = re.compile(r"\b(DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL|DCGM_FI_DEV_PCIE_[TR]X_THROUGHPUT)\b")
 METRIC = re.compile(r"\b(DCGM_\w+|gpu_exporter_\w+|\w+:\w+:\w+|ALERTS)\b")
 
 
@@ -196,6 +198,9 @@ def test_counters_only_through_rate_or_increase(dashboard: dict[str, Any]) -> No
         for match in COUNTERS.finditer(expr):
             before = expr[: match.start()]
             assert re.search(r"\b(rate|irate|increase)\(\s*$", before), f"{title}: {expr}"
+        for match in RATES.finditer(expr):
+            before = expr[: match.start()]
+            assert not re.search(r"\b(rate|irate|increase)\(\s*$", before), f"{title}: {expr}"
 
 
 def test_queries_use_only_served_or_recorded_metrics(dashboard: dict[str, Any]) -> None:
