@@ -57,7 +57,9 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
         shared_keys=attribution.shared_keys if attribution else None,
     )
-    app[POLLER] = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution)
+    app[POLLER] = Poller(
+        catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg
+    )
     routes(app)
     reload.install(app, app[POLLER], catalog.path)
     app.cleanup_ctx.append(_collecting)
