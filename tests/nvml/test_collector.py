@@ -181,7 +181,8 @@ def test_xid_storm_counts_exactly(node):
     assert all((ci is None) == (gi is None) for _, gi, ci, _x, _n in snap.xid.counts)
     text, _ = render(snap, CATALOG)
     assert 'DCGM_FI_DEV_XID_ERRORS{gpu="0"' in text and 'err_code="13"' in text
-    mig_line = [line for line in text.splitlines() if 'xid="31"' in line]
+    total = "DCGM_EXP_XID_ERRORS_TOTAL{"
+    mig_line = [ln for ln in text.splitlines() if 'xid="31"' in ln and ln.startswith(total)]
     assert len(mig_line) == 1 and "GPU_I_ID" in mig_line[0]
 
 
