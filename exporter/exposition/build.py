@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.exposition import dcgm, pods, text
+from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import targets
 from exporter.exposition.xid import XidCounter
@@ -114,7 +115,7 @@ class Builder:
         self.dcgm_text = body + shared
         return n + m
 
-    def _derived(self, snap: Snapshot, names: frozenset[str]) -> dcgm.Derived:
+    def _derived(self, snap: Snapshot, names: frozenset[str]) -> Derived:
         """Update the windows and health with this snapshot, for the families enabled."""
         want_health = "DCGM_EXP_GPU_HEALTH_STATUS" in names
         xw = None
@@ -126,7 +127,7 @@ class Builder:
         health = self.health.update(snap, xw) if want_health else {}
         if "DCGM_EXP_XID_ERRORS_COUNT" not in names:
             xw = None
-        return dcgm.Derived(xw, cw, health)
+        return Derived(xw, cw, health)
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
