@@ -8,6 +8,7 @@ own state while the last good readings stay in place.
 from __future__ import annotations
 
 import gzip
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,12 +17,14 @@ from exporter.catalog import Catalog
 from exporter.exposition import dcgm, pods, text
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.exposition.targets import targets
+from exporter.exposition.targets import targets, unmatched
 from exporter.exposition.xid import XidCounter
 from exporter.nvml import windows
 from exporter.nvml.devices import Device
 from exporter.nvml.health import HealthTracker
 from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from exporter.kube.attribution import Holder
@@ -71,6 +74,7 @@ class Builder:
         self.selection = getattr(cfg, "devices", None)
         self.xid_window, self.clock_window = windows.from_config(cfg)
         self.health = HealthTracker()
+        self._unmatched: frozenset[int] = frozenset()
         self.xids = XidCounter()
         self.device_text = DeviceText()
         self.holder_text = pods.HolderText()
@@ -98,6 +102,7 @@ class Builder:
             more = pod.get(d.key)
             series_labels[d.key] = f"{own},{more}" if more else own
         tg = targets(snap, self.selection)
+        self._warn_unmatched(snap)
         device_rows, instance_rows = dcgm.rows(series_labels, tg)
         fr = dcgm.Frame(
             snap,
@@ -114,6 +119,22 @@ class Builder:
         shared, m = pods.shared_families(splits, self.device_text)
         self.dcgm_text = body + shared
         return n + m
+
+    def _warn_unmatched(self, snap: Snapshot) -> None:
+        """Say once (and again when it changes) which -d IDs match nothing on this node."""
+        if self.selection is None or not snap.gpus:
+            return
+        missing = unmatched(snap, self.selection)
+        if missing != self._unmatched:
+            self._unmatched = missing
+            if missing:
+                what = "GPU index" if self.selection.mode == "g" else "GPU_I_ID"
+                log.warning(
+                    "-d/--devices: no device with %s %s on this node; their series are absent "
+                    "(list the IDs nvidia-smi shows)",
+                    what,
+                    ",".join(map(str, sorted(missing))),
+                )
 
     def _derived(self, snap: Snapshot, names: frozenset[str]) -> Derived:
         """Update the windows and health with this snapshot, for the families enabled."""

@@ -84,3 +84,15 @@ def targets(snap: Snapshot, selection: Any = None) -> Targets:
         else:
             device.append((g, g.key))
     return Targets(tuple(device), snap.entities, snap.down)
+
+
+def unmatched(snap: Snapshot, selection: Any = None) -> frozenset[int]:
+    """IDs that ``-d g:IDS`` / ``-d i:IDS`` names but no GPU or GPU instance of ``snap`` has."""
+    ids: frozenset[int] | None = getattr(selection, "ids", None)
+    if not ids:
+        return frozenset()
+    if getattr(selection, "mode", "f") == "g":
+        have = {g.index for g in snap.gpus + snap.down}
+    else:
+        have = {e.gi for e in snap.entities if e.is_mig and e.gi is not None}
+    return frozenset(ids - have)

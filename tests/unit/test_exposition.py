@@ -294,3 +294,13 @@ def test_only_the_exposition_package_writes_metric_text():
         if marker in path.read_text()
     ]
     assert offenders == []
+
+
+def test_device_ids_that_match_nothing_are_logged_once(caplog: pytest.LogCaptureFixture):
+    cfg = SimpleNamespace(devices=SimpleNamespace(mode="g", ids=frozenset({1, 9})))
+    b = Builder(SelfMetrics(1.0), cfg)
+    for _ in range(3):
+        b.dcgm(mig_node(), CATALOG)
+    lines = [r.getMessage() for r in caplog.records if "-d/--devices" in r.getMessage()]
+    assert len(lines) == 1 and "GPU index 9 " in lines[0]
+    assert {x.labels["gpu"] for x in samples(b.dcgm_text)} == {"1"}
