@@ -24,6 +24,8 @@ from exporter.nvml.windows import WindowCounts
 from exporter.nvml.xidcatalog import describe
 from exporter.snapshot import Snapshot
 
+Row = tuple[str, str]  # a series' label text, and the device key its value is read under
+
 
 @dataclass(frozen=True, slots=True)
 class Derived:
@@ -46,8 +48,8 @@ class Frame:
     targets: Targets
     derived: Derived = Derived()
     # (label text, key of the values) per series of device-level and instance-level fields
-    device_rows: Sequence[tuple[str, str]] = ()
-    instance_rows: Sequence[tuple[str, str]] = ()
+    device_rows: Sequence[Row] = ()
+    instance_rows: Sequence[Row] = ()
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -57,10 +59,10 @@ class Frame:
 Family = Callable[[MetricSpec, Frame], list[str]]
 
 
-def rows(fr_labels: Mapping[str, str], targets: Targets) -> tuple[list, list]:
-    """(device rows, instance rows): label text and values key of each series, once per cycle."""
-    dev = [(fr_labels[d.key], key) for d, key in targets.device]
-    inst = [(fr_labels[d.key], d.key) for d in targets.instance]
+def rows(series_labels: Mapping[str, str], targets: Targets) -> tuple[list[Row], list[Row]]:
+    """(device rows, instance rows) of this cycle's series devices, joined once per cycle."""
+    dev = [(series_labels[d.key], key) for d, key in targets.device]
+    inst = [(series_labels[d.key], d.key) for d in targets.instance]
     return dev, inst
 
 
