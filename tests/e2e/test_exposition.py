@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.config import Config
 from tests.exposition import find, masked
 from tests.procs import ROOT, Exporter, require, wait_until
 
@@ -197,3 +198,27 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         log = exp.stop()
     assert log.count("DCGM_FI_DEV_VGPU_LICENSE_STATUS") == 1
     assert "not available through NVML" in log
+
+
+@pytest.mark.skipif(
+    "devices" not in Config.__dataclass_fields__,
+    reason="-d/--devices is parsed by the CLI change that adds Config.devices",
+)
+@pytest.mark.parametrize(
+    ("flag", "want"),
+    [
+        ("g", {(str(i), None) for i in range(8)}),
+        ("g:0,7", {("0", None), ("7", None)}),
+        ("i:7", {("6", "7"), ("7", "7")}),
+    ],
+)
+def test_devices_flag_picks_the_series_devices(flag: str, want: set):
+    exp = Exporter("-c", "300", "-d", flag)
+    try:
+        exp.wait_ready()
+        text = exp.metrics()
+    finally:
+        exp.stop()
+    power = find(text, "DCGM_FI_DEV_POWER_USAGE")
+    assert {(s.labels["gpu"], s.labels.get("GPU_I_ID")) for s in power} == want
+    assert len(power) == len(want)
