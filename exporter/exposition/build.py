@@ -111,7 +111,7 @@ class Builder:
             xids,
             self.holder_text,
             tg,
-            self._derived(snap, catalog.names()),
+            self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
             device_rows,
             instance_rows,
         )

@@ -3,7 +3,7 @@
 Each catalog row becomes one family. Rows read as plain values go through
 :func:`values`; a row that needs more (the XID rows, dcgm-exporter's own
 ``DCGM_EXP_*`` families) names its own family function in ``SPECIAL`` by source
-or in ``BY_NAME`` by metric name. A family function takes the row and the
+or in ``BY_NAME`` by DCGM field name. A family function takes the row and the
 cycle's :class:`Frame` and returns sample lines. Which devices carry series
 (``-d/--devices``) is decided once per cycle in :mod:`exporter.exposition.targets`.
 """
@@ -169,7 +169,7 @@ def render(catalog: Catalog, fr: Frame) -> tuple[str, int]:
     out: list[str] = []
     series = 0
     for spec in catalog.metrics:
-        fn = BY_NAME.get(spec.name) or SPECIAL.get(spec.field.source, values)
+        fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source, values)
         lines = fn(spec, fr)
         if lines:
             out.append(text.family(spec.name, spec.help, spec.type, lines))
