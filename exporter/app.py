@@ -58,7 +58,9 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         shared_keys=attribution.shared_keys if attribution else None,
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
-    app[POLLER] = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution)
+    app[POLLER] = Poller(
+        catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg
+    )
     routes(app)
     reload.install(app, app[POLLER], catalog.path)
     app.cleanup_ctx.append(_collecting)

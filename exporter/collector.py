@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from exporter.catalog import Catalog
 from exporter.nvml.devices import Device, Enumerator, Inventory
 from exporter.nvml.events import XidState, XidWatcher
-from exporter.nvml.fields import Scope, Source
+from exporter.nvml.fields import Field, Scope, Source, with_inputs
 from exporter.nvml.gpm import GpmReader
+from exporter.nvml.p2p import P2PReader, P2PSeries
 from exporter.nvml.prime import prime_new_devices
 from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
@@ -43,14 +44,16 @@ class Collector:
         clock: Callable[[], float] = time.time,
         shared_keys: Callable[[], frozenset[str]] | None = None,
     ) -> None:
-        fields = [m.field for m in catalog.metrics]
+        fields = with_inputs(m.field for m in catalog.metrics)
         self.session = Session()
         self.enumerator = Enumerator(
             self.session, hostname, hostname_label, [m.field for m in catalog.labels]
         )
         self.reader = FieldReader(self.session, fields)
         self.gpm = GpmReader(self.session, fields)
-        self.xid = XidWatcher(self.session) if any(f.source is Source.XID for f in fields) else None
+        self.xid: XidWatcher | None = None
+        self.p2p: P2PReader | None = None
+        self._start_watchers(fields)
         self.processes = ProcessReader(self.session)
         self.shared_keys = shared_keys or frozenset
         self.slow_s = slow_s
@@ -69,12 +72,18 @@ class Collector:
         known about devices (identities, unsupported fields, GPM samples, XID
         counts) is kept; label fields that changed are read again.
         """
-        fields = [m.field for m in catalog.metrics]
+        fields = with_inputs(m.field for m in catalog.metrics)
         self.reader.set_fields(fields)
         self.gpm.fields = [f for f in fields if f.source is Source.GPM]
         self.enumerator.set_label_fields([m.field for m in catalog.labels])
+        self._start_watchers(fields)
+
+    def _start_watchers(self, fields: list[Field]) -> None:
+        """The XID event thread and the P2P reader, once some field needs them."""
         if self.xid is None and any(f.source is Source.XID for f in fields):
             self.xid = XidWatcher(self.session)
+        if self.p2p is None and any(f.source is Source.P2P for f in fields):
+            self.p2p = P2PReader(self.session)
 
     def close(self) -> None:
         if self.xid is not None:
@@ -178,6 +187,7 @@ class Collector:
             xid_state = self.xid.state()
             ok = not err and self.xid.healthy
             results.append(CollectorResult("xid", ok, time.perf_counter() - x0, err))
+        p2p = self._read_p2p(gpus_ok)
         live = {d.key for d in gpus_ok}
         entities = tuple(e for e in inv.entities() if (e.parent or e).key in live)
         self.session.summarize_unsupported()
@@ -189,6 +199,7 @@ class Collector:
             down=tuple(down),
             values=MappingProxyType({k: MappingProxyType(v) for k, v in values.items()}),
             xid=xid_state,
+            p2p=p2p,
             processes=MappingProxyType(procs),
             collectors=tuple(results),
             problems=tuple(problems),
@@ -216,6 +227,15 @@ class Collector:
             if dev.key in shared:
                 procs[dev.key] = self.processes.read(dev)
         return gpm_s
+
+    def _read_p2p(self, gpus: list[Device]) -> Mapping[str, tuple[P2PSeries, ...]]:
+        """P2P status series by GPU key (read again only when the set of GPUs changes)."""
+        if self.p2p is None:
+            return MappingProxyType({})
+        self.busy_with = "P2P status"
+        by_index = self.p2p.read(gpus)
+        self.busy_with = ""
+        return MappingProxyType({g.key: by_index[g.index] for g in gpus if g.index in by_index})
 
     def _check_slow(self, gpu: Device, spent: float) -> None:
         """Set a GPU aside for QUARANTINE_S when its calls took longer than ``slow_s``."""

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
@@ -40,6 +40,7 @@ class Poller:
         interval_s: float,
         timeout_s: float,
         attribution: Attribution | None = None,
+        cfg: Any = None,
     ) -> None:
         self.catalog = catalog
         self.collector = collector
@@ -47,7 +48,7 @@ class Poller:
         self.timeout_s = timeout_s
         self.attribution = attribution
         self.selfmetrics = SelfMetrics(interval_s, attribution.status if attribution else None)
-        self.builder = Builder(self.selfmetrics)
+        self.builder = Builder(self.selfmetrics, cfg)  # cfg: -d and the DCGM_EXP_* windows
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.snapshot: Snapshot | None = None
         self.last_ok_monotonic: float | None = None

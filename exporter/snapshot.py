@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from exporter.nvml.devices import Device
 from exporter.nvml.events import XidState
+from exporter.nvml.p2p import P2PSeries
 from exporter.nvml.processes import ProcUse
 
 Value = int | float
@@ -34,6 +35,9 @@ class Snapshot:
     down: tuple[Device, ...] = ()  # GPUs seen before that are lost or quarantined now
     values: Mapping[str, Mapping[str, Value]] = field(default_factory=lambda: MappingProxyType({}))
     xid: XidState = field(default_factory=XidState)
+    p2p: Mapping[str, tuple[P2PSeries, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )  # NVLink P2P status per GPU key and peer, when DCGM_EXP_P2P_STATUS is enabled
     processes: Mapping[str, tuple[ProcUse, ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )  # raw rows per device key, only for devices shared by several containers

@@ -8,16 +8,23 @@ own state while the last good readings stay in place.
 from __future__ import annotations
 
 import gzip
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.exposition import dcgm, pods, text
+from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.exposition.targets import targets, unmatched
 from exporter.exposition.xid import XidCounter
+from exporter.nvml import windows
 from exporter.nvml.devices import Device
+from exporter.nvml.health import HealthTracker
 from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from exporter.kube.attribution import Holder
@@ -56,10 +63,18 @@ class DeviceText:
 
 
 class Builder:
-    """Owns what the exposition is built from across cycles: XID counts and label text."""
+    """Owns what the exposition is built from across cycles: XID counts, windows, label text.
 
-    def __init__(self, selfmetrics: SelfMetrics) -> None:
+    ``cfg`` (the Config) gives ``devices`` (-d, default ``f``) and the windows of
+    DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT (default 300 s).
+    """
+
+    def __init__(self, selfmetrics: SelfMetrics, cfg: Any = None) -> None:
         self.selfmetrics = selfmetrics
+        self.selection = getattr(cfg, "devices", None)
+        self.xid_window, self.clock_window = windows.from_config(cfg)
+        self.health = HealthTracker()
+        self._unmatched: frozenset[int] = frozenset()
         self.xids = XidCounter()
         self.device_text = DeviceText()
         self.holder_text = pods.HolderText()
@@ -86,11 +101,54 @@ class Builder:
             own = self.device_text(d)
             more = pod.get(d.key)
             series_labels[d.key] = f"{own},{more}" if more else own
-        fr = dcgm.Frame(snap, series_labels, self.device_text, xids, self.holder_text)
+        tg = targets(snap, self.selection)
+        self._warn_unmatched(snap)
+        device_rows, instance_rows = dcgm.rows(series_labels, tg)
+        fr = dcgm.Frame(
+            snap,
+            series_labels,
+            self.device_text,
+            xids,
+            self.holder_text,
+            tg,
+            self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
+            device_rows,
+            instance_rows,
+        )
         body, n = dcgm.render(catalog, fr)
         shared, m = pods.shared_families(splits, self.device_text)
         self.dcgm_text = body + shared
         return n + m
+
+    def _warn_unmatched(self, snap: Snapshot) -> None:
+        """Say once (and again when it changes) which -d IDs match nothing on this node."""
+        if self.selection is None or not snap.gpus:
+            return
+        missing = unmatched(snap, self.selection)
+        if missing != self._unmatched:
+            self._unmatched = missing
+            if missing:
+                what = "GPU index" if self.selection.mode == "g" else "GPU_I_ID"
+                log.warning(
+                    "-d/--devices: no device with %s %s on this node; their series are absent "
+                    "(list the IDs nvidia-smi shows)",
+                    what,
+                    ",".join(map(str, sorted(missing))),
+                )
+
+    def _derived(self, snap: Snapshot, names: frozenset[str]) -> Derived:
+        """Update the windows and health with this snapshot, for the families enabled."""
+        want_health = "DCGM_EXP_GPU_HEALTH_STATUS" in names
+        xw = None
+        if want_health or "DCGM_EXP_XID_ERRORS_COUNT" in names:
+            xw = self.xid_window.update(snap)
+        cw = None
+        if "DCGM_EXP_CLOCK_EVENTS_COUNT" in names:
+            cw = self.clock_window.update(snap)
+        health = self.health.update(snap, xw) if want_health else {}
+        if "DCGM_EXP_XID_ERRORS_COUNT" not in names:
+            xw = None
+        return Derived(xw, cw, health)
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""

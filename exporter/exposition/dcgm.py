@@ -1,33 +1,55 @@
 """The DCGM families, with dcgm-exporter's names and labels, from one snapshot.
 
 Each catalog row becomes one family. Rows read as plain values go through
-:func:`values`; a row that needs more (the XID rows) names its own family
-function in ``SPECIAL`` by source or in ``BY_NAME`` by metric name. A family
-function takes the row and the cycle's :class:`Frame` and returns sample lines.
+:func:`values`; a row that needs more (the XID rows, dcgm-exporter's own
+``DCGM_EXP_*`` families) names its own family function in ``SPECIAL`` by source
+or in ``BY_NAME`` by DCGM field name. A family function takes the row and the
+cycle's :class:`Frame` and returns sample lines. Which devices carry series
+(``-d/--devices``) is decided once per cycle in :mod:`exporter.exposition.targets`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.catalog import Catalog, MetricSpec
 from exporter.exposition import text
-from exporter.exposition.xid import XidSeries, describe
+from exporter.exposition.targets import Targets
+from exporter.exposition.xid import XidSeries
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
+from exporter.nvml.health import HealthSeries
+from exporter.nvml.windows import WindowCounts
+from exporter.nvml.xidcatalog import describe
 from exporter.snapshot import Snapshot
+
+Row = tuple[str, str]  # a series' label text, and the device key its value is read under
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """This cycle's data of the DCGM_EXP_* families, by physical GPU key (None: not enabled)."""
+
+    xid_window: WindowCounts | None = None
+    clock_window: WindowCounts | None = None
+    health: Mapping[str, tuple[HealthSeries, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Frame:
-    """What a family function reads: the snapshot, label text, and the XID counter's series."""
+    """What a family function reads: the snapshot, series devices, label text, derived data."""
 
     snap: Snapshot
     series_labels: Mapping[str, str]  # device key -> its labels, plus its holder's if one
     device_text: Callable[[Device], str]  # a device's own labels (gone devices included)
     xids: Sequence[XidSeries]
     holder_text: Callable[..., str]
+    targets: Targets
+    derived: Derived = Derived()
+    # (label text, key of the values) per series of device-level and instance-level fields
+    device_rows: Sequence[Row] = ()
+    instance_rows: Sequence[Row] = ()
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -37,18 +59,24 @@ class Frame:
 Family = Callable[[MetricSpec, Frame], list[str]]
 
 
+def rows(series_labels: Mapping[str, str], targets: Targets) -> tuple[list[Row], list[Row]]:
+    """(device rows, instance rows) of this cycle's series devices, joined once per cycle."""
+    dev = [(series_labels[d.key], key) for d, key in targets.device]
+    inst = [(series_labels[d.key], d.key) for d in targets.instance]
+    return dev, inst
+
+
 def values(spec: MetricSpec, fr: Frame) -> list[str]:
     """A field read per device: physical GPUs (device scope) or whole GPUs and MIG instances."""
-    snap = fr.snap
-    devices = snap.gpus if spec.field.scope is Scope.DEVICE else snap.entities
-    name, labels, num, readings = spec.name, fr.series_labels, text.num, snap.values
-    key = spec.field.name  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
+    series = fr.device_rows if spec.field.scope is Scope.DEVICE else fr.instance_rows
+    name, num, readings = spec.name, text.num, fr.snap.values
+    field = spec.field.name  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
     out = []
-    for dev in devices:  # the hot loop of a cycle: one line per series, written inline
-        got = readings.get(dev.key)
-        v = got.get(key) if got is not None else None
+    for labels, key in series:  # the hot loop of a cycle: one line per series, written inline
+        got = readings.get(key)
+        v = got.get(field) if got is not None else None
         if v is not None:
-            out.append(f"{name}{{{labels[dev.key]}}} {num(v)}\n")
+            out.append(f"{name}{{{labels}}} {num(v)}\n")
     return out
 
 
@@ -56,10 +84,10 @@ def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0 for none), sticky like dcgm-exporter."""
     last = dict(fr.snap.xid.last)
     out = []
-    for gpu in fr.snap.gpus:
-        x = last.get(gpu.uuid, 0)
+    for dev, gpu in fr.targets.device:
+        x = last.get(gpu, 0)
         more = text.join((("err_code", str(x)), ("err_msg", describe(x))))
-        out.append(text.sample(spec.name, f"{fr.labels(gpu)},{more}", str(x)))
+        out.append(text.sample(spec.name, f"{fr.labels(dev)},{more}", str(x)))
     return out
 
 
@@ -77,8 +105,64 @@ def xid(spec: MetricSpec, fr: Frame) -> list[str]:
     return last_xid(spec, fr) if spec.field.scope is Scope.DEVICE else xid_counts(spec, fr)
 
 
-SPECIAL: dict[Source, Family] = {Source.XID: xid}
-BY_NAME: dict[str, Family] = {}
+def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: str) -> list[str]:
+    """A windowed count per series device: one line per label value, or one 0 without it."""
+    if counts is None:
+        return []
+    by_gpu: dict[str, list[tuple[str | None, int]]] = {}
+    for key, value, n in counts.series:
+        by_gpu.setdefault(key, []).append((value, n))
+    window = f'window_size_in_ms="{counts.window_ms}"'
+    out = []
+    for dev, gpu in fr.targets.device:
+        where = fr.labels(dev)
+        for value, n in by_gpu.get(gpu, ()):
+            more = f"{text.join(((label, value),))},{window}" if value is not None else window
+            out.append(text.sample(spec.name, f"{where},{more}", str(n)))
+    return out
+
+
+def xid_window(spec: MetricSpec, fr: Frame) -> list[str]:
+    """DCGM_EXP_XID_ERRORS_COUNT{xid, window_size_in_ms}: XIDs per GPU within the window."""
+    return _windowed(spec, fr, fr.derived.xid_window, "xid")
+
+
+def clock_events(spec: MetricSpec, fr: Frame) -> list[str]:
+    """DCGM_EXP_CLOCK_EVENTS_COUNT{clock_event, window_size_in_ms}: samples per active reason."""
+    return _windowed(spec, fr, fr.derived.clock_window, "clock_event")
+
+
+def health(spec: MetricSpec, fr: Frame) -> list[str]:
+    """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail."""
+    got = fr.derived.health
+    out = []
+    where = [(fr.labels(dev), gpu) for dev, gpu in fr.targets.device]
+    where += [(fr.labels(d), d.key) for d in fr.targets.down]
+    for labels, gpu in where:
+        for s in got.get(gpu, ()):
+            more = text.join((("health_watch", s.watch), ("health_error_code", s.error_code)))
+            out.append(text.sample(spec.name, f"{labels},{more}", str(s.value)))
+    return out
+
+
+def p2p(spec: MetricSpec, fr: Frame) -> list[str]:
+    """DCGM_EXP_P2P_STATUS{peer_gpu, link_status}: NVML's P2P status code per GPU and peer."""
+    got = fr.snap.p2p
+    out = []
+    for dev, gpu in fr.targets.device:
+        where = fr.labels(dev)
+        for s in got.get(gpu, ()):
+            more = text.join((("peer_gpu", str(s.peer_gpu)), ("link_status", s.link_status)))
+            out.append(text.sample(spec.name, f"{where},{more}", str(s.value)))
+    return out
+
+
+SPECIAL: dict[Source, Family] = {Source.XID: xid, Source.P2P: p2p}
+BY_NAME: dict[str, Family] = {
+    "DCGM_EXP_XID_ERRORS_COUNT": xid_window,
+    "DCGM_EXP_CLOCK_EVENTS_COUNT": clock_events,
+    "DCGM_EXP_GPU_HEALTH_STATUS": health,
+}
 
 
 def render(catalog: Catalog, fr: Frame) -> tuple[str, int]:
@@ -86,7 +170,7 @@ def render(catalog: Catalog, fr: Frame) -> tuple[str, int]:
     out: list[str] = []
     series = 0
     for spec in catalog.metrics:
-        fn = BY_NAME.get(spec.name) or SPECIAL.get(spec.field.source, values)
+        fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source, values)
         lines = fn(spec, fr)
         if lines:
             out.append(text.family(spec.name, spec.help, spec.type, lines))

@@ -1,4 +1,4 @@
-"""XID counts per device and code, and the ``err_msg`` description of each code.
+"""XID counts per device and code (DCGM_EXP_XID_ERRORS_TOTAL).
 
 Counts are keyed by structured identity: the GPU's UUID and, for a MIG
 instance, its GPU-instance and compute-instance ids (plus the pod holding the
@@ -17,47 +17,6 @@ from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
 Ident = tuple[str, int | None, int | None]  # GPU UUID, GPU-instance id, compute-instance id
-
-DESCRIPTIONS: dict[int, str] = {
-    0: "No Error",
-    13: "Graphics engine exception",
-    31: "GPU memory page fault",
-    32: "Invalid or corrupted push buffer stream",
-    38: "Driver firmware error",
-    43: "GPU stopped processing",
-    45: "Preemptive cleanup, due to previous errors",
-    46: "GPU timeout; reset required",
-    48: "Double-bit ECC error",
-    61: "Internal micro-controller breakpoint or warning",
-    62: "Internal micro-controller halt",
-    63: "Row remapping event (ECC page retirement or row remap)",
-    64: "Row remapping failure",
-    68: "Video processor exception",
-    69: "Graphics engine class error",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "High single-bit ECC error rate",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    109: "Context switch timeout",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    121: "C2C link corrected error",
-    140: "Unrecovered ECC error",
-    143: "GPU initialization failure",
-    144: "NVLink SAW error",
-    145: "NVLink RLW error",
-    146: "NVLink TLW error",
-    147: "NVLink TREX error",
-    148: "NVLink NVLE error",
-    149: "NVLink NETIR error",
-    150: "NVLink MSE error",
-}
-
-
-def describe(xid: int) -> str:
-    """The err_msg for an XID code (``Unknown XID`` for codes not listed)."""
-    return DESCRIPTIONS.get(xid, "Unknown XID")
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +43,7 @@ class XidCounter:
     """
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, int | None, int], int] = {}
+        self._seen: dict[tuple[str, int | None, int | None, int], int] = {}
         self._acc: dict[tuple[Ident, int, Hashable | None], int] = {}
         self._holders: dict[tuple[Ident, Hashable | None], Hashable | None] = {}
         self._where: dict[Ident, Device] = {}  # present devices, and last seen of counted ones
@@ -101,12 +60,14 @@ class XidCounter:
         by_gi: dict[tuple[str, int | None], Ident] = {
             (i[0], i[1]): i for i in self._where if i[1] is not None
         }
-        for uuid, gi, xid, n in snap.xid.counts:
-            at = by_gi.get((uuid, gi)) or (uuid, None, None)
+        for uuid, gi, ci, xid, n in snap.xid.counts:
+            at: Ident = (uuid, gi, ci)  # the compute instance the event names, when it names one
+            if at not in self._where:
+                at = by_gi.get((uuid, gi)) or (uuid, None, None)
             if at not in self._where:
                 continue
-            prev = self._seen.get((uuid, gi, xid), 0)
-            self._seen[(uuid, gi, xid)] = n
+            prev = self._seen.get((uuid, gi, ci, xid), 0)
+            self._seen[(uuid, gi, ci, xid)] = n
             delta = n - prev if n >= prev else n  # a smaller total: the watcher started over
             if delta > 0:
                 h = holders.get(self._where[at].key)

@@ -1,7 +1,7 @@
 """XID errors from an NVML event set, read in a thread of their own.
 
 The thread blocks in ``nvmlEventSetWait_v2`` and adds every event to counters
-by (GPU, GPU instance, XID), so no event is lost between scrapes however many
+by (GPU, GPU instance, compute instance, XID), so no event is lost between scrapes however many
 arrive; memory stays bounded by the number of distinct codes seen.
 """
 
@@ -24,6 +24,7 @@ from exporter.nvml.session import Session
 log = logging.getLogger(__name__)
 
 NO_INSTANCE = 0xFFFFFFFF
+Key = tuple[str, int | None, int | None, int]  # GPU UUID, GPU instance, compute instance, XID
 WAIT_MS = 500
 LOG_EVERY_S = 60.0
 """An XID repeating on a device is logged at most once per this many seconds."""
@@ -31,9 +32,12 @@ LOG_EVERY_S = 60.0
 
 @dataclass(frozen=True, slots=True)
 class XidState:
-    """Counts by (GPU UUID, GPU instance id or None, XID) and the last XID per GPU UUID."""
+    """Counts by (GPU UUID, GPU-instance id, compute-instance id, XID) and the last XID per GPU.
 
-    counts: tuple[tuple[str, int | None, int, int], ...] = ()
+    Instance ids are None when the event names no MIG instance.
+    """
+
+    counts: tuple[tuple[str, int | None, int | None, int, int], ...] = ()
     last: tuple[tuple[str, int], ...] = ()
 
 
@@ -43,13 +47,13 @@ class XidWatcher:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._lock = threading.Lock()
-        self._counts: Counter[tuple[str, int | None, int]] = Counter()
+        self._counts: Counter[Key] = Counter()
         self._last: dict[str, int] = {}
         self._registered: frozenset[str] = frozenset()
         self._by_handle: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._logged: dict[tuple[str, int | None, int], tuple[float, int]] = {}
+        self._logged: dict[Key, tuple[float, int]] = {}
         self.healthy = True
 
     def watch(self, gpus: Sequence[Device]) -> None:
@@ -111,8 +115,9 @@ class XidWatcher:
         if uuid is None:
             return
         gi = None if data.gpuInstanceId == NO_INSTANCE else int(data.gpuInstanceId)
+        ci = None if gi is None or data.computeInstanceId == NO_INSTANCE else data.computeInstanceId
         xid = int(data.eventData)
-        key = (uuid, gi, xid)
+        key = (uuid, gi, None if ci is None else int(ci), xid)
         with self._lock:
             self._counts[key] += 1
             self._last[uuid] = xid
@@ -120,7 +125,7 @@ class XidWatcher:
         self.healthy = True
         self._log(key, total)
 
-    def _log(self, key: tuple[str, int | None, int], total: int) -> None:
+    def _log(self, key: Key, total: int) -> None:
         """Log an XID, at most once per LOG_EVERY_S per (GPU, instance, XID).
 
         During a storm (thousands a second) every event is still counted; the
@@ -131,8 +136,9 @@ class XidWatcher:
         if now - at < LOG_EVERY_S:
             return
         self._logged[key] = (now, total)
-        uuid, gi, xid = key
+        uuid, gi, ci, xid = key
         where = "" if gi is None else f" GPU instance {gi}"
+        where += "" if ci is None else f" compute instance {ci}"
         more = total - logged_total - 1
         if more > 0:
             log.warning("XID %d on %s%s (%d more since the last report)", xid, uuid, where, more)
@@ -141,6 +147,6 @@ class XidWatcher:
 
     def state(self) -> XidState:
         with self._lock:
-            counts = tuple((u, gi, x, n) for (u, gi, x), n in self._counts.items())
+            counts = tuple((u, gi, ci, x, n) for (u, gi, ci, x), n in self._counts.items())
             last = tuple(self._last.items())
         return XidState(counts, last)

@@ -10,7 +10,7 @@ metrics.csv plus its row here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ class Source(enum.Enum):
     GPM = "gpm"  # GPM metric from two samples (Hopper and newer)
     XID = "xid"  # the XID event thread
     LABEL = "label"  # identity string read once at enumeration
+    DERIVED = "derived"  # computed by the exporter from other fields (DCGM_EXP_* families)
+    P2P = "p2p"  # nvmlDeviceGetP2PStatus per GPU pair, read once per set of GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,7 @@ class Field:
     scale: float = 1.0
     integer: bool = True  # DCGM exports this field as an integer
     rate: float = 0.0  # > 0: DCGM serves the counter's change per second divided by this
-    exp: bool = False  # input of an exporter-made family (DCGM_EXP_*), not a series itself
+    needs: tuple[str, ...] = ()  # fields read (not exported) for a DERIVED family
 
     @property
     def is_label(self) -> bool:
@@ -260,6 +262,34 @@ _add(Field("DCGM_FI_DEV_XID_ERRORS", D, Source.XID, "xid"))
 # XIDs by code since the exporter started, per GPU or MIG instance: alert on this one.
 _add(Field("DCGM_EXP_XID_ERRORS_TOTAL", INST, Source.XID, "events"))
 
+# --- dcgm-exporter's own families, derived from other fields (exporter/exposition/dcgm.py) ---
+_xid_in = ("DCGM_FI_DEV_XID_ERRORS",)  # the XID event thread
+# XIDs per GPU and code within -x/--xid-count-window-size
+_add(Field("DCGM_EXP_XID_ERRORS_COUNT", D, Source.DERIVED, "events", needs=_xid_in))
+# cycles each clock-event reason was active within --clock-events-count-window-size
+_add(
+    Field(
+        "DCGM_EXP_CLOCK_EVENTS_COUNT",
+        D,
+        Source.DERIVED,
+        "samples",
+        needs=("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",),
+    )
+)
+# pass (0) / warn (10) / fail (20) per watched system, from XIDs, ECC, remaps, violations
+_health_in = (
+    *_xid_in,
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+)
+_add(Field("DCGM_EXP_GPU_HEALTH_STATUS", D, Source.DERIVED, "result", needs=_health_in))
+# NVML's NVLink P2P status code per GPU and peer GPU
+_add(Field("DCGM_EXP_P2P_STATUS", D, Source.P2P, "status"))
+
 # --- label fields: read once when a device is enumerated ---
 _label("DCGM_FI_DRIVER_VERSION", Call("nvmlSystemGetDriverVersion", system=True))
 _label("DCGM_FI_NVML_VERSION", Call("nvmlSystemGetNVMLVersion", system=True))
@@ -284,16 +314,23 @@ _BRANDS = {
     N.NVML_BRAND_NVIDIA: "NVIDIA",
 }
 
+
+def with_inputs(fields: Iterable[Field]) -> list[Field]:
+    """``fields`` plus the fields their DERIVED families need read (each once, in order)."""
+    out: dict[str, Field] = {}
+    for f in fields:
+        for name in f.needs:
+            out.setdefault(name, FIELDS[name])
+        out.setdefault(f.name, f)
+    return list(out.values())
+
+
 # DCGM fields that are known but that NVML alone cannot serve, with the reason
 # logged once at startup. Any other unknown name in a metrics file is an error.
 UNSERVED: dict[str, str] = {
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing state exists only on vGPU guests; "
     "not available through NVML on bare-metal nodes",
     "DCGM_FI_DEV_COUNT": "node-level count; use gpu_exporter_gpus",
-    "DCGM_EXP_XID_ERRORS_COUNT": "windowed count of dcgm-exporter; use "
-    "increase(DCGM_EXP_XID_ERRORS_TOTAL[window]) instead",
-    "DCGM_EXP_CLOCK_EVENTS_COUNT": "windowed count of dcgm-exporter; use "
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS and the *_VIOLATION counters instead",
     "DCGM_FI_DEV_GPU_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
     "DCGM_FI_DEV_MEM_COPY_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
     "DCGM_FI_PROF_NVOFA0_ACTIVE": "not collected: no mapped GPM metric yet",

@@ -3,14 +3,12 @@
 Memory comes from the running-process list (works on whole GPUs and MIG
 instances); SM utilization from NVML's per-process samples since the previous
 cycle (whole GPUs only: NVML has none for MIG instances). PIDs are host PIDs;
-``resolve`` turns one into a container reference (kube/cgroups.py).
+kube/cgroups.py joins them to containers after the cycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pynvml as N
 
@@ -23,22 +21,19 @@ _NO_SAMPLES = {N.NVML_ERROR_NOT_FOUND, N.NVML_SUCCESS}  # NVMLError(0): a known 
 
 @dataclass(frozen=True, slots=True)
 class ProcUse:
-    """One process on one device: memory in MiB (None if NVML withheld it), SM %, its container."""
+    """One process on one device: memory in MiB (None if withheld), SM % (None: no sample)."""
 
     pid: int
     used_mib: float | None
     sm_util: float | None
-    container: Any = None
 
 
 class ProcessReader:
     """Reads process lists and utilization samples; remembers the last sample time per device."""
 
-    def __init__(self, session: Session, resolve: Callable[[int], Any] | None = None) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
-        self.resolve = resolve
         self._last_seen: dict[str, int] = {}
-        self._refs: dict[int, Any] = {}
 
     def read(self, dev: Device) -> tuple[ProcUse, ...]:
         """Processes on ``dev``; DeviceLost/DriverGone propagate, anything else yields ()."""
@@ -58,13 +53,10 @@ class ProcessReader:
             memory[p.pid] = used if prev is None else prev + (used or 0)
         sm = {} if dev.is_mig else self._utilization(dev)
         live = set(memory) | set(sm)
-        out = []
-        for pid in sorted(live):
-            ref = self._ref(pid)
-            out.append(
-                ProcUse(pid, memory.get(pid), sm.get(pid, 0.0 if pid in memory else None), ref)
-            )
-        return tuple(out)
+        return tuple(
+            ProcUse(pid, memory.get(pid), sm.get(pid, 0.0 if pid in memory else None))
+            for pid in sorted(live)
+        )
 
     def _utilization(self, dev: Device) -> dict[int, float]:
         last = self._last_seen.get(dev.key, 0)
@@ -85,15 +77,3 @@ class ProcessReader:
                 newest = max(newest, s.timeStamp)
         self._last_seen[dev.key] = newest
         return {pid: sum(v) / len(v) for pid, v in per_pid.items()}
-
-    def _ref(self, pid: int) -> Any:
-        if self.resolve is None:
-            return None
-        if pid not in self._refs:
-            self._refs[pid] = self.resolve(pid)
-        return self._refs[pid]
-
-    def forget_pids(self, live: set[int]) -> None:
-        """Drop cached containers of PIDs that are gone (PIDs get reused)."""
-        for pid in [p for p in self._refs if p not in live]:
-            del self._refs[pid]

@@ -112,15 +112,15 @@ class XidWindow:
 
     def __init__(self, window_s: float = DEFAULT_WINDOW_S) -> None:
         self.window = Window[tuple[str, str]](window_s)
-        self._seen: dict[tuple[str, int | None, int], int] = {}
+        self._seen: dict[tuple[str, int | None, int | None, int], int] = {}
 
     def update(self, snap: Snapshot) -> WindowCounts:
         """Add the XIDs that arrived since the previous snapshot; the window's counts."""
         gpus = {g.uuid: g.key for g in snap.gpus + snap.down if not g.is_mig}
         new: Counter[tuple[str, str]] = Counter()
-        for uuid, gi, xid, n in snap.xid.counts:
-            delta = n - self._seen.get((uuid, gi, xid), 0)
-            self._seen[(uuid, gi, xid)] = n
+        for uuid, gi, ci, xid, n in snap.xid.counts:
+            delta = n - self._seen.get((uuid, gi, ci, xid), 0)
+            self._seen[(uuid, gi, ci, xid)] = n
             key = gpus.get(uuid)
             if key is not None and delta > 0:
                 new[(key, str(xid))] += delta

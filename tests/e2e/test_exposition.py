@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exposition import find, masked, samples
+from tests.exposition import find, masked
 from tests.procs import ROOT, Exporter, require, wait_until
 
 FLEETS = ROOT / "tests" / "fixtures" / "fleets"
@@ -70,7 +70,8 @@ def test_mixed_node_golden(mixed_node):
 def test_default_node_has_8_h100s_and_mig_instances(default_node):
     text = default_node.metrics()
     temps = find(text, "DCGM_FI_DEV_GPU_TEMP")
-    assert sorted(int(s.labels["gpu"]) for s in temps) == list(range(8))
+    assert sorted({int(s.labels["gpu"]) for s in temps}) == list(range(8))
+    assert len(temps) == 6 + 11  # whole GPUs once, MIG GPUs once per GPU instance (-d f)
     assert {s.labels["modelName"] for s in temps} == {"NVIDIA H100 80GB HBM3"}
     assert all(s.labels["Hostname"] == "sim-node" for s in temps)
     assert [k for k in temps[0].labels][:6] == [
@@ -98,10 +99,23 @@ def test_default_node_has_8_h100s_and_mig_instances(default_node):
     assert len(mig_gpm) == 7 and None not in mig_gpm
 
 
-def test_device_level_series_never_carry_instance_labels(mixed_node):
-    for s in samples(mixed_node.metrics()):
-        if s.name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"):
-            assert "GPU_I_ID" not in s.labels
+def test_device_level_series_repeat_per_mig_instance(mixed_node):
+    """As dcgm-exporter's default -d f: on a MIG GPU, one series per GPU instance, all
+    with the parent's value, and no parent series; whole GPUs keep one series."""
+    text = mixed_node.metrics()
+    instances = {
+        (s.labels["gpu"], s.labels["GPU_I_ID"])
+        for s in find(text, "DCGM_FI_DEV_FB_USED")
+        if "GPU_I_ID" in s.labels
+    }
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK"):
+        series = find(text, name)
+        mig = [s for s in series if s.labels["gpu"] in ("1", "2")]
+        assert {(s.labels["gpu"], s.labels.get("GPU_I_ID")) for s in mig} == instances, name
+        for gpu in ("1", "2"):
+            assert len({s.value for s in mig if s.labels["gpu"] == gpu}) == 1, name
+        whole = [s for s in series if s.labels["gpu"] not in ("1", "2")]
+        assert whole and not [s for s in whole if "GPU_I_ID" in s.labels]
 
 
 def test_sum_of_framebuffer_counts_each_gpu_once(mixed_node):
@@ -182,3 +196,23 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
     finally:
         log = exp.stop()
     assert "1 row of" in log and "not served" in log  # one warning; names at debug level
+
+
+@pytest.mark.parametrize(
+    ("flag", "want"),
+    [
+        ("g", {(str(i), None) for i in range(8)}),
+        ("g:0,7", {("0", None), ("7", None)}),
+        ("i:7", {("6", "7"), ("7", "7")}),
+    ],
+)
+def test_devices_flag_picks_the_series_devices(flag: str, want: set):
+    exp = Exporter("-c", "300", "-d", flag)
+    try:
+        exp.wait_ready()
+        text = exp.metrics()
+    finally:
+        exp.stop()
+    power = find(text, "DCGM_FI_DEV_POWER_USAGE")
+    assert {(s.labels["gpu"], s.labels.get("GPU_I_ID")) for s in power} == want
+    assert len(power) == len(want)

@@ -52,8 +52,12 @@ def test_whole_gpus_and_mig_instances_get_their_pod(kubelet):
         # shared GPUs keep device series free of pod labels
         assert o[("1", None)] == (None, None, None)
         assert o[("5", None)] == (None, None, None)
-        temps = {s.labels["gpu"]: s.labels.get("pod") for s in find(text, "DCGM_FI_DEV_GPU_TEMP")}
-        assert temps["0"] == "train-0" and temps["1"] is None and temps["6"] is None
+        temps = {
+            (s.labels["gpu"], s.labels.get("GPU_I_ID")): s.labels.get("pod")
+            for s in find(text, "DCGM_FI_DEV_GPU_TEMP")
+        }
+        assert temps[("0", None)] == "train-0" and temps[("1", None)] is None
+        assert temps[("6", "7")] == "mig-small-0" and ("6", None) not in temps  # per instance
         # the stale ID is counted, not silently dropped
         un = find(text, "gpu_exporter_unmatched_device_ids_total", resource="nvidia.com/gpu")
         assert un and un[0].value >= 1

@@ -168,17 +168,21 @@ def test_xid_storm_counts_exactly(node):
     driver.inject(Fault("xid", gpu=6, xid=31, gi=next(iter_gis(col, 6)), count=5))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        counts = {(u, gi, x): n for u, gi, x, n in col.xid.state().counts}
+        counts = {(u, gi, x): n for u, gi, _ci, x, n in col.xid.state().counts}
         if sum(counts.values()) == 1005:
             break
         time.sleep(0.05)
     snap = cycle(col, clock)
-    counts = {(gi, x): n for _, gi, x, n in snap.xid.counts}
+    counts = {(gi, x): n for _, gi, _ci, x, n in snap.xid.counts}
     assert counts[(None, 13)] == 1000
     assert sum(n for (gi, x), n in counts.items() if x == 31 and gi is not None) == 5
+    # a MIG XID names its compute instance too (the simulator fills computeInstanceId)
+    assert {ci is not None for _, gi, ci, _x, _n in snap.xid.counts} == {True, False}
+    assert all((ci is None) == (gi is None) for _, gi, ci, _x, _n in snap.xid.counts)
     text, _ = render(snap, CATALOG)
     assert 'DCGM_FI_DEV_XID_ERRORS{gpu="0"' in text and 'err_code="13"' in text
-    mig_line = [line for line in text.splitlines() if 'xid="31"' in line]
+    total = "DCGM_EXP_XID_ERRORS_TOTAL{"
+    mig_line = [ln for ln in text.splitlines() if 'xid="31"' in ln and ln.startswith(total)]
     assert len(mig_line) == 1 and "GPU_I_ID" in mig_line[0]
 
 

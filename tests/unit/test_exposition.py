@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 
 import pytest
 
@@ -13,11 +13,12 @@ from exporter.config import default_metrics_file
 from exporter.exposition import dcgm, text
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.exposition.xid import XidCounter, describe
+from exporter.exposition.xid import XidCounter
 from exporter.kube.attribution import Holder
 from exporter.kube.mapper import Owner
 from exporter.nvml.devices import Device
 from exporter.nvml.events import XidState
+from exporter.nvml.xidcatalog import describe
 from exporter.snapshot import Snapshot
 from tests.exposition import samples
 
@@ -90,26 +91,79 @@ def test_a_family_without_samples_is_left_out():
 # --- DCGM families ------------------------------------------------------------------------
 
 
-def test_device_and_instance_fields_go_to_their_devices():
+def mig_node():
+    """GPU 0 in MIG mode with instances GI 3 and GI 5, GPU 1 whole."""
     g, w = gpu(0), gpu(1)
-    m = mig(g, 3)
-    s = snap(
+    m3, m5 = mig(g, 3), mig(g, 5, "3g.40gb")
+    return snap(
         [g, w],
-        entities=[w, m],
+        entities=[w, m3, m5],
         values={
             g.key: {"DCGM_FI_DEV_GPU_TEMP": 40},
             w.key: {"DCGM_FI_DEV_GPU_TEMP": 41, "DCGM_FI_DEV_FB_USED": 1.5},
-            m.key: {"DCGM_FI_DEV_FB_USED": 2.0},
+            m3.key: {"DCGM_FI_DEV_FB_USED": 2.0},
+            m5.key: {"DCGM_FI_DEV_FB_USED": 3.0},
         },
     )
-    body, n = dcgm_text(s)
-    by = {(x.name, x.labels["gpu"], x.labels.get("GPU_I_ID")): x.value for x in samples(body)}
-    assert by[("DCGM_FI_DEV_GPU_TEMP", "0", None)] == 40
+
+
+def by_device(s: Snapshot, mode: str | None = None, ids=None, holders=None) -> dict:
+    cfg = SimpleNamespace(devices=SimpleNamespace(mode=mode, ids=ids)) if mode else None
+    b = Builder(SelfMetrics(1.0), cfg)
+    n = b.dcgm(s, CATALOG, holders)
+    got = samples(b.dcgm_text)
+    assert n == len(got)
+    return {(x.name, x.labels["gpu"], x.labels.get("GPU_I_ID")): x for x in got}
+
+
+def test_default_f_repeats_device_fields_per_mig_instance():
+    s = mig_node()
+    by = {k: x.value for k, x in by_device(s).items()}
+    assert by[("DCGM_FI_DEV_GPU_TEMP", "1", None)] == 41
+    # the MIG GPU's temperature once per GPU instance, and no parent series
+    assert by[("DCGM_FI_DEV_GPU_TEMP", "0", "3")] == by[("DCGM_FI_DEV_GPU_TEMP", "0", "5")] == 40
+    assert ("DCGM_FI_DEV_GPU_TEMP", "0", None) not in by
     assert by[("DCGM_FI_DEV_FB_USED", "1", None)] == 1.5
     assert by[("DCGM_FI_DEV_FB_USED", "0", "3")] == 2.0
     assert ("DCGM_FI_DEV_FB_USED", "0", None) not in by  # never on a MIG-enabled parent
-    assert n == len(samples(body))
-    assert body.count("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n") == 1
+
+
+def test_device_fields_of_a_mig_instance_carry_its_pod():
+    s = mig_node()
+    m5 = s.entities[2]
+    h = Holder(Owner("ns", "mig-pod", "c"), "", ())
+    temp = by_device(s, holders={m5.key: h})
+    assert temp[("DCGM_FI_DEV_GPU_TEMP", "0", "5")].labels["pod"] == "mig-pod"
+    assert temp[("DCGM_FI_DEV_GPU_TEMP", "0", "5")].labels["GPU_I_PROFILE"] == "3g.40gb"
+    assert "pod" not in temp[("DCGM_FI_DEV_GPU_TEMP", "0", "3")].labels
+
+
+def test_a_mig_gpu_without_instances_keeps_its_own_series():
+    g = gpu(0)
+    s = snap([g], entities=[], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}})
+    assert {k for k in by_device(s) if k[0] == "DCGM_FI_DEV_GPU_TEMP"} == {
+        ("DCGM_FI_DEV_GPU_TEMP", "0", None)
+    }
+
+
+def test_g_serves_gpus_only():
+    by = by_device(mig_node(), "g")
+    assert {k for k in by if k[0] == "DCGM_FI_DEV_GPU_TEMP"} == {
+        ("DCGM_FI_DEV_GPU_TEMP", "0", None),
+        ("DCGM_FI_DEV_GPU_TEMP", "1", None),
+    }
+    assert {k for k in by if k[0] == "DCGM_FI_DEV_FB_USED"} == {("DCGM_FI_DEV_FB_USED", "1", None)}
+    picked = by_device(mig_node(), "g", frozenset({1}))
+    assert {k[1:] for k in picked} == {("1", None)}
+    assert ("DCGM_FI_DEV_GPU_TEMP", "1", None) in picked
+
+
+def test_i_serves_gpu_instances_only():
+    by = by_device(mig_node(), "i")
+    assert {k[1:] for k in by} == {("0", "3"), ("0", "5")}
+    picked = by_device(mig_node(), "i", frozenset({5}))
+    assert {k[1:] for k in picked} == {("0", "5")}
+    assert picked[("DCGM_FI_DEV_GPU_TEMP", "0", "5")].value == 40
 
 
 def test_hostile_labels_cannot_forge_series():
@@ -163,9 +217,9 @@ def xid_rows(counter: XidCounter, s: Snapshot, holders=None):
 def test_xid_count_survives_a_label_change():
     """A relabelled GPU (here: its hostname label) keeps its count under the new labels."""
     c = XidCounter()
-    assert xid_rows(c, snap([gpu(0)], counts=[("GPU-0", None, 13, 2)])) == [("GPU-0", 13, 2)]
+    assert xid_rows(c, snap([gpu(0)], counts=[("GPU-0", None, None, 13, 2)])) == [("GPU-0", 13, 2)]
     renamed = gpu(0, host="other")
-    series = c.update(snap([renamed], counts=[("GPU-0", None, 13, 3)]))
+    series = c.update(snap([renamed], counts=[("GPU-0", None, None, 13, 3)]))
     assert [(s.count, s.device.labels[-1]) for s in series] == [(3, ("Hostname", "other"))]
 
 
@@ -174,24 +228,24 @@ def test_xid_count_survives_a_pod_label_change():
     c = XidCounter()
     before = {g.key: Holder(Owner("ns", "p", "c"), "", (("label_v", "1"),))}
     after = {g.key: Holder(Owner("ns", "p", "c"), "", (("label_v", "2"),))}
-    c.update(snap([g], counts=[(g.uuid, None, 13, 1)]), before)
-    series = c.update(snap([g], counts=[(g.uuid, None, 13, 2)]), after)
+    c.update(snap([g], counts=[(g.uuid, None, None, 13, 1)]), before)
+    series = c.update(snap([g], counts=[(g.uuid, None, None, 13, 2)]), after)
     assert [(s.count, s.holder) for s in series] == [(2, after[g.key])]
 
 
 def test_xid_counts_continue_when_the_watcher_starts_over():
     g = gpu(0)
     c = XidCounter()
-    c.update(snap([g], counts=[(g.uuid, None, 31, 5)]))
-    assert xid_rows(c, snap([g], counts=[(g.uuid, None, 31, 2)])) == [(g.key, 31, 7)]
+    c.update(snap([g], counts=[(g.uuid, None, None, 31, 5)]))
+    assert xid_rows(c, snap([g], counts=[(g.uuid, None, None, 31, 2)])) == [(g.key, 31, 7)]
 
 
 def test_xid_series_of_a_gone_mig_instance_keep_their_labels():
     g = gpu(0)
     m = mig(g, 3, "3g.40gb")
     c = XidCounter()
-    c.update(snap([g], entities=[m], counts=[(g.uuid, 3, 43, 1)]))
-    series = c.update(snap([g], entities=[g], counts=[(g.uuid, 3, 43, 1)]))
+    c.update(snap([g], entities=[m], counts=[(g.uuid, 3, 0, 43, 1)]))
+    series = c.update(snap([g], entities=[g], counts=[(g.uuid, 3, 0, 43, 1)]))
     assert [(s.device.key, s.count) for s in series] == [(m.key, 1)]
     assert ("GPU_I_PROFILE", "3g.40gb") in series[0].device.labels
 
@@ -240,3 +294,13 @@ def test_only_the_exposition_package_writes_metric_text():
         if marker in path.read_text()
     ]
     assert offenders == []
+
+
+def test_device_ids_that_match_nothing_are_logged_once(caplog: pytest.LogCaptureFixture):
+    cfg = SimpleNamespace(devices=SimpleNamespace(mode="g", ids=frozenset({1, 9})))
+    b = Builder(SelfMetrics(1.0), cfg)
+    for _ in range(3):
+        b.dcgm(mig_node(), CATALOG)
+    lines = [r.getMessage() for r in caplog.records if "-d/--devices" in r.getMessage()]
+    assert len(lines) == 1 and "GPU index 9 " in lines[0]
+    assert {x.labels["gpu"] for x in samples(b.dcgm_text)} == {"1"}
