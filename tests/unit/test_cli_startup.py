@@ -25,7 +25,9 @@ def test_every_dcgm_field_csv_starts_serves_and_logs_a_dozen_lines():
     finally:
         out = exp.stop()
     temps = served(text, "DCGM_FI_DEV_GPU_TEMP")
-    assert len(temps) == 8, text[:2000]
+    # -d f, as dcgm-exporter: 6 whole GPUs, and the 11 MIG instances of the 2 MIG GPUs
+    assert len(temps) == 17, text[:2000]
+    assert {s.split('gpu="')[1].split('"')[0] for s in temps} == {str(i) for i in range(8)}
     assert all('modelName="NVIDIA-H100' in s and "Hostname" not in s for s in temps), temps[0]
     assert served(text, "DCGM_FI_DEV_POWER_USAGE") and served(text, "DCGM_FI_DEV_FB_USED")
     assert not served(text, "DCGM_FI_DEV_NVSWITCH_VOLTAGE_MVOLT")
