@@ -48,6 +48,7 @@ class Poller:
         self.timeout_s = timeout_s
         self.attribution = attribution
         self.selfmetrics = SelfMetrics(interval_s, attribution.status if attribution else None)
+        self.selfmetrics.skipped_rows = catalog.skipped
         self.builder = Builder(self.selfmetrics, cfg)  # cfg: -d and the DCGM_EXP_* windows
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.snapshot: Snapshot | None = None
@@ -100,6 +101,7 @@ class Poller:
         if self._next_catalog is not None:
             self.catalog, self._next_catalog = self._next_catalog, None
             self.collector.set_catalog(self.catalog)
+            self.selfmetrics.skipped_rows = self.catalog.skipped
         self._started = time.monotonic()
         self._pending = self.executor.submit(self.collector.collect)
         try:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter import __version__
+from exporter.catalog import Skipped
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
 
@@ -41,6 +42,7 @@ class SelfMetrics:
         self.nvml_version = ""
         self.nvml_errors: tuple[tuple[str, str, int], ...] = ()
         self.extra_results: tuple[CollectorResult, ...] = ()
+        self.skipped_rows: tuple[Skipped, ...] = ()  # metrics-file rows not served
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         self.registry.register(self)
@@ -88,6 +90,15 @@ class SelfMetrics:
         yield GaugeMetricFamily(
             f"{p}_series", "DCGM series in the last rendered exposition.", self.series
         )
+        skipped = GaugeMetricFamily(
+            f"{p}_metrics_file_skipped_row",
+            "A metrics-file row this exporter does not serve; value is its line number "
+            "(gpu-exporter --check says why).",
+            labels=["field"],
+        )
+        for row in self.skipped_rows:
+            skipped.add_metric([row.name], row.line)
+        yield skipped
         if self.kube is not None:
             yield from _kube_families(self.kube())
         snap = self.snapshot

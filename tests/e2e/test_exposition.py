@@ -192,6 +192,8 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         text = exp.metrics()
         assert find(text, "DCGM_FI_DEV_DEC_UTIL")
         assert not find(text, "DCGM_FI_DEV_VGPU_LICENSE_STATUS")
+        skipped = find(text, "gpu_exporter_metrics_file_skipped_row")
+        assert [s.labels["field"] for s in skipped] == ["DCGM_FI_DEV_VGPU_LICENSE_STATUS"]
         assert all("DCGM_FI_DRIVER_VERSION" in s.labels for s in find(text, "DCGM_FI_DEV_GPU_TEMP"))
     finally:
         log = exp.stop()
