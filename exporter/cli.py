@@ -11,13 +11,16 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from exporter import __version__, webconfig
 from exporter.catalog import CatalogError, load
 from exporter.config import (
     DEFAULT_ADDRESS,
+    DEFAULT_AUTH_EXCLUDED,
+    DEFAULT_HTTP_MAX_HEADER_BYTES,
     DEFAULT_HTTP_TIMEOUT_MS,
+    DEFAULT_HTTP_WRITE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_SOCKET,
@@ -115,6 +118,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest a connection may take to send a complete request (TLS handshake and "
         "headers), or stay idle between requests, before it is closed "
         f"(env GPU_EXPORTER_HTTP_TIMEOUT; default {DEFAULT_HTTP_TIMEOUT_MS})",
+    )
+    p.add_argument(
+        "--http-write-timeout",
+        metavar="MS",
+        help="longest a client may stop reading a response before its connection is closed "
+        f"(env GPU_EXPORTER_HTTP_WRITE_TIMEOUT; default {DEFAULT_HTTP_WRITE_TIMEOUT_MS})",
+    )
+    p.add_argument(
+        "--http-max-header-bytes",
+        metavar="N",
+        help="largest total size of one request's headers; larger gets 431 "
+        f"(env GPU_EXPORTER_HTTP_MAX_HEADER_BYTES; default {DEFAULT_HTTP_MAX_HEADER_BYTES})",
+    )
+    p.add_argument(
+        "--web-auth-exclude",
+        metavar="PATHS",
+        help="comma-separated paths served without basic auth when the web config sets "
+        "users; empty: none (env GPU_EXPORTER_WEB_AUTH_EXCLUDE; default "
+        f"{','.join(DEFAULT_AUTH_EXCLUDED)}, the kubelet's probes)",
     )
     _kube_flags(p)
     p.add_argument(
@@ -271,6 +293,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     http_timeout = DEFAULT_HTTP_TIMEOUT_MS
     if value is not None:
         http_timeout = parse_count(value, src, "a timeout in milliseconds", 100, 3_600_000)
+    http = _http_limits(args, env)
     hostname = node_name(env.get("NODE_NAME"))
     return Config(
         host=host,
@@ -288,7 +311,44 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         kube=_kube_config(args, env, hostname),
         max_connections=max_conns,
         http_timeout_s=http_timeout / 1000,
+        **http,
     )
+
+
+def _http_limits(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """The HTTP write timeout, header budget and auth-excluded paths (Config fields)."""
+    out: dict[str, Any] = {}
+
+    def pick(flag: str | None, flag_name: str, env_name: str) -> tuple[str | None, str]:
+        if flag is not None:
+            return flag, flag_name
+        if env.get(env_name):
+            return env[env_name], f"environment variable {env_name}"
+        return None, ""
+
+    value, src = pick(
+        args.http_write_timeout, "--http-write-timeout", "GPU_EXPORTER_HTTP_WRITE_TIMEOUT"
+    )
+    if value is not None:
+        out["http_write_timeout_s"] = (
+            parse_count(value, src, "a timeout in milliseconds", 100, 3_600_000) / 1000
+        )
+    value, src = pick(
+        args.http_max_header_bytes, "--http-max-header-bytes", "GPU_EXPORTER_HTTP_MAX_HEADER_BYTES"
+    )
+    if value is not None:
+        out["http_max_header_bytes"] = parse_count(value, src, "a size in bytes", 1024, 1 << 20)
+    value, src = pick(args.web_auth_exclude, "--web-auth-exclude", "GPU_EXPORTER_WEB_AUTH_EXCLUDE")
+    if value is not None:
+        paths = tuple(p.strip() for p in value.split(",") if p.strip())
+        unknown = [p for p in paths if p not in ("/", "/metrics", "/health", "/ready")]
+        if unknown:
+            raise ConfigError(
+                f"{src}: unknown path(s) {', '.join(unknown)}; "
+                "give some of /, /metrics, /health, /ready"
+            )
+        out["auth_excluded_paths"] = paths
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,9 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 MIN_INTERVAL_MS = 100  # GPM needs samples at least 100 ms apart
 DEFAULT_MAX_CONNECTIONS = 512
 DEFAULT_HTTP_TIMEOUT_MS = 15000
+DEFAULT_HTTP_WRITE_TIMEOUT_MS = 15000
+DEFAULT_HTTP_MAX_HEADER_BYTES = 16384
+DEFAULT_AUTH_EXCLUDED = ("/health", "/ready")
 
 
 class ConfigError(ValueError):
@@ -59,6 +62,9 @@ class Config:
     kube: KubeConfig | None = None  # pod attribution, with -k/--kubernetes
     max_connections: int = DEFAULT_MAX_CONNECTIONS  # HTTP connections open at once
     http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_MS / 1000  # to send a request, or idle
+    http_write_timeout_s: float = DEFAULT_HTTP_WRITE_TIMEOUT_MS / 1000  # client not reading
+    http_max_header_bytes: int = DEFAULT_HTTP_MAX_HEADER_BYTES  # one request's headers, total
+    auth_excluded_paths: tuple[str, ...] = DEFAULT_AUTH_EXCLUDED  # served without basic auth
 
 
 def parse_address(value: str, source: str) -> tuple[str, int]:

@@ -217,6 +217,6 @@ async def test_a_vanished_file_is_reported_once_and_picked_up_again(tmp_path, ca
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "cannot read it" in errors[0].getMessage()
     assert state.config.users  # the last good one
-    path.write_text("basic_auth_users:\n")
+    path.write_text(f"basic_auth_users:\n  b: {HASH}\n")
     assert await state.reload()
-    assert not state.config.users
+    assert list(state.config.users) == ["b"]
