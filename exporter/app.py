@@ -106,12 +106,9 @@ def _source(app: web.Application, poller: Poller, auth: bool) -> Source:
         task = app.get(TASK)
         return task is None or not task.done()
 
-    return Source(
-        exposition,
-        poller.readiness,
-        alive,
-        webconfig.authenticated if auth else Source.authenticated,
-    )
+    if auth:
+        return Source(exposition, poller.readiness, alive, webconfig.authenticated)
+    return Source(exposition, poller.readiness, alive)
 
 
 def _read_metrics(path: str) -> str:
