@@ -87,7 +87,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         app,
         signals.FileReload(
             "metrics_file", catalog.path, _read_metrics, _load_metrics, poller.reload,
-            app[signals.RELOADS],
+            app[signals.RELOADS], "still collecting with the last good metrics file",
         ),
     )  # fmt: skip
     app.cleanup_ctx.append(_collecting)

@@ -74,6 +74,51 @@ HTTP_LOG = logging.getLogger("exporter.http")
 HTTP_LOG.addFilter(BadRequestLog())
 
 
+class HeaderBudget:
+    """Follows the request heads in a connection's byte stream (pipelined requests and
+    bodies with a Content-Length skipped); :meth:`feed` is False once a head (request
+    line and headers) is over ``limit`` bytes. Holds at most ``limit`` + one chunk."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()  # the current request's head so far
+        self._skip = 0  # body bytes to pass before the next request's head
+        self._counting = True  # False after a chunked body: per-field limits still apply
+
+    def feed(self, data: bytes) -> bool:
+        """Account for ``data``; False when a head is over the budget."""
+        view = memoryview(data)
+        while self._counting and len(view):
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                continue
+            start = max(0, len(self.head) - 3)
+            self.head += view
+            end = _head_end(self.head, start)
+            if end < 0:
+                return len(self.head) <= self.limit
+            if end > self.limit:
+                return False
+            head = bytes(self.head[:end])
+            view = view[len(view) - (len(self.head) - end) :]
+            self.head = bytearray()
+            if _CHUNKED.search(head):
+                self._counting = False
+            m = _LENGTH.search(head)
+            self._skip = int(m.group(1)) if m else 0
+        return True
+
+
+def _head_end(buf: bytearray, start: int) -> int:
+    """Index just past the blank line ending a head in ``buf`` (from ``start``), or -1."""
+    crlf, lf = buf.find(b"\r\n\r\n", start), buf.find(b"\n\n", start)
+    if crlf >= 0 and (lf < 0 or crlf <= lf):
+        return crlf + 4
+    return lf + 2 if lf >= 0 else -1
+
+
 class Guard(asyncio.Protocol):
     """One accepted socket: TLS handshake, header budget, write timeout, half-close."""
 
@@ -83,9 +128,7 @@ class Guard(asyncio.Protocol):
         self.raw: asyncio.Transport | None = None
         self.connected = False  # inner has its transport (after the handshake, with TLS)
         self.going = False  # told to go (evicted) or gone
-        self._head = bytearray()  # the current request's headers so far
-        self._skip = 0  # body bytes to pass before the next request's headers
-        self._counting = True  # False after a chunked body: per-field limits still apply
+        self.budget = HeaderBudget(pool.limits.max_header_bytes)
         self._write_timer: asyncio.TimerHandle | None = None
         self._handshake: asyncio.Task[None] | None = None
         self._early = bytearray()  # decrypted before start_tls returned: fed after connecting
@@ -137,7 +180,7 @@ class Guard(asyncio.Protocol):
             if self._handshake is not None and not self.going:
                 self._early += data[: self.pool.limits.max_header_bytes + 1 - len(self._early)]
             return
-        if self._counting and not self._within_budget(data):
+        if not self.budget.feed(data):
             self.pool.too_large += 1
             self.pool.report(
                 "request headers over %d bytes: answered 431", self.pool.limits.max_header_bytes
@@ -149,38 +192,6 @@ class Guard(asyncio.Protocol):
             self.connected = False  # the rest of this connection is not parsed
             return
         self.inner.data_received(data)
-
-    def _within_budget(self, data: bytes) -> bool:
-        """Track request heads across ``data``; False when one exceeds the header budget."""
-        limit = self.pool.limits.max_header_bytes
-        view = memoryview(data)
-        while len(view):
-            if self._skip:
-                n = min(self._skip, len(view))
-                self._skip -= n
-                view = view[n:]
-                continue
-            start = max(0, len(self._head) - 3)
-            self._head += view
-            ends = [
-                i
-                for i in (self._head.find(b"\r\n\r\n", start), self._head.find(b"\n\n", start))
-                if i >= 0
-            ]
-            if not ends:
-                return len(self._head) <= limit
-            end = min(ends) + (4 if self._head[min(ends) : min(ends) + 2] == b"\r\n" else 2)
-            if end > limit:
-                return False
-            head = bytes(self._head[:end])
-            view = view[len(view) - (len(self._head) - end) :]
-            self._head = bytearray()
-            if _CHUNKED.search(head):
-                self._counting = False
-                return True
-            m = _LENGTH.search(head)
-            self._skip = int(m.group(1)) if m else 0
-        return True
 
     def eof_received(self) -> bool | None:
         """The client half-closed: answer what it asked, then close; nothing asked: close."""

@@ -94,15 +94,17 @@ def load_yaml(text: str, what: str) -> Any:
     The error says what is wrong and where (line, column), never quoting the text: a
     config file may hold secrets, and this goes to the log.
     """
-    loader = _NoAliasLoader(text)
+    loader = None
     try:
+        loader = _NoAliasLoader(text)
         return loader.get_single_data()
     except yaml.YAMLError as e:
         raise ConfigFileError(f"{what}: not valid YAML: {yaml_problem(e)}") from None
     except RecursionError:
         raise ConfigFileError(f"{what}: not valid YAML: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def yaml_problem(e: yaml.YAMLError) -> str:

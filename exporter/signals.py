@@ -157,10 +157,12 @@ class FileReload(Generic[T]):
         load: Callable[[str], T],
         apply: Callable[[T], None],
         status: ReloadStatus,
+        keeping: str = "still using the last good one",
     ) -> None:
         self.kind, self.path = kind, path
         self._read, self._load, self._apply = read, load, apply
         self._status = status
+        self._keeping = keeping
         self.last: str | None = None  # text of the version in force
 
     async def start(self) -> None:
@@ -180,7 +182,7 @@ class FileReload(Generic[T]):
             value = await loop.run_in_executor(None, self._load, self.path)
         except (ValueError, OSError) as e:
             self._status.record(self.kind, False)
-            log.error("%s; still using the last good one", str(e).splitlines()[0][:300])
+            log.error("%s; %s", str(e).splitlines()[0][:300], self._keeping)
             return False
         self._apply(value)
         self.last = text
