@@ -12,8 +12,11 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.files import ConfigFileError, read_config_file
 from exporter.nvml.fields import FIELDS, UNSERVED, Field
 
+MAX_BYTES = 1 << 20
+"""Largest metrics file read, bytes."""
 TYPES = ("gauge", "counter", "label", "histogram", "summary")
 
 
@@ -56,15 +59,10 @@ class Catalog:
 
 def load(path: str | Path) -> Catalog:
     """Read and validate a metrics file; raises :class:`CatalogError` on any malformed row."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise CatalogError(
-            f"{path}: cannot read the metrics file ({e.strerror}); "
-            "pass a readable CSV with -f/--collectors"
-        ) from None
-    except UnicodeDecodeError:
-        raise CatalogError(f"{path}: not UTF-8 text; save the metrics file as UTF-8") from None
+    try:  # a regular file of bounded size: a FIFO or /dev/zero is refused at once
+        text = read_config_file(str(path), "metrics file", MAX_BYTES)
+    except ConfigFileError as e:
+        raise CatalogError(f"{e}; pass a readable CSV with -f/--collectors") from None
     return parse(text, str(path))
 
 
