@@ -17,6 +17,7 @@ import asyncio
 import logging
 import re
 import ssl
+from asyncio import sslproto
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -119,6 +120,36 @@ def _head_end(buf: bytearray, start: int) -> int:
     return lf + 2 if lf >= 0 else -1
 
 
+class _SmallBuffers(sslproto.SSLProtocol):
+    """asyncio's TLS protocol with a 16 KiB read buffer (one TLS record) instead of
+    256 KiB: the buffer is allocated per connection, at accept, before the handshake."""
+
+    max_size = 16 * 1024
+
+
+async def _start_tls(
+    raw: asyncio.Transport, protocol: asyncio.Protocol, ctx: ssl.SSLContext, timeout_s: float
+) -> asyncio.Transport:
+    """``loop.start_tls`` (server side) with :class:`_SmallBuffers`: the same steps."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    tls = _SmallBuffers(
+        loop, protocol, ctx, waiter, server_side=True, ssl_handshake_timeout=timeout_s,
+        call_connection_made=False,
+    )  # fmt: skip
+    raw.pause_reading()  # the ClientHello waits until tls is the protocol
+    raw.set_protocol(tls)
+    made = loop.call_soon(tls.connection_made, raw)
+    resume = loop.call_soon(raw.resume_reading)
+    try:
+        await waiter
+    except BaseException:
+        made.cancel()
+        resume.cancel()
+        raise
+    return tls._app_transport  # what loop.start_tls returns
+
+
 class Guard(asyncio.Protocol):
     """One accepted socket: TLS handshake, header budget, write timeout, half-close."""
 
@@ -136,7 +167,9 @@ class Guard(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.raw = transport
-        self.pool.opened(self)
+        if self.going:  # evicted between accept and now
+            transport.abort()
+            return
         if self.pool.tls is None:
             self._connect(transport)
             return
@@ -145,15 +178,8 @@ class Guard(asyncio.Protocol):
 
     async def _start_tls(self) -> None:
         assert self.raw is not None and self.pool.tls is not None
-        loop = asyncio.get_running_loop()
         try:
-            tls = await loop.start_tls(
-                self.raw,
-                self,
-                self.pool.tls,
-                server_side=True,
-                ssl_handshake_timeout=self.pool.limits.handshake_s,
-            )
+            tls = await _start_tls(self.raw, self, self.pool.tls, self.pool.limits.handshake_s)
         except asyncio.CancelledError:
             self.raw.abort()
             self.pool.closed(self)
@@ -162,7 +188,7 @@ class Guard(asyncio.Protocol):
             self.raw.abort()
             self.pool.closed(self)
             return
-        if tls is None or self.going:
+        if self.going:
             self.raw.abort()
             self.pool.closed(self)
             return
@@ -246,8 +272,10 @@ class Guard(asyncio.Protocol):
         if not self.connected:
             if self._handshake is not None:
                 self._handshake.cancel()
-            elif self.raw is not None:
-                self.raw.abort()
+            if self.raw is not None:
+                self.raw.abort()  # also when the handshake task never got to run
+            else:  # accepted, not yet set up: forget it (connection_made checks `going`)
+                self.pool.closed(self)
             return
         self.inner.close()  # type: ignore[attr-defined]
         shutdown = self.inner.shutdown(self.pool.limits.grace_s)  # type: ignore[attr-defined]
@@ -287,14 +315,13 @@ class ConnectionLimit:
                 self.refused += 1
                 self._full()
                 return _Refused()
-            for victim in staying[: len(staying) - self.limits.max_connections + 1]:
+            for victim in staying[: max(1, len(staying) - self.limits.max_connections + 1)]:
                 victim.evict()
                 self.evicted += 1
             self._full()
-        return Guard(self, self.server())
-
-    def opened(self, guard: Guard) -> None:
-        self.open[guard] = None
+        guard = Guard(self, self.server())
+        self.open[guard] = None  # counted from accept on, before asyncio calls connection_made
+        return guard
 
     def closed(self, guard: Guard) -> None:
         guard.going = True
