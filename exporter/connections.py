@@ -223,11 +223,7 @@ class Guard(asyncio.Protocol):
         """The client half-closed: answer what it asked, then close; nothing asked: close."""
         if not self.connected:
             return None
-        waiter = getattr(self.inner, "_waiter", None)
-        idle = (
-            not getattr(self.inner, "_messages", None) and waiter is not None and not waiter.done()
-        )
-        if idle or self.pool.tls is not None:
+        if self._idle() or self.pool.tls is not None:
             self.inner.force_close()  # type: ignore[attr-defined]
             return None
         self.inner.close()  # type: ignore[attr-defined]  # close after the response
@@ -277,9 +273,18 @@ class Guard(asyncio.Protocol):
             else:  # accepted, not yet set up: forget it (connection_made checks `going`)
                 self.pool.closed(self)
             return
+        if self._idle():  # waiting for (the rest of) a request: nothing to finish
+            self.inner.force_close()  # type: ignore[attr-defined]
+            return
         self.inner.close()  # type: ignore[attr-defined]
         shutdown = self.inner.shutdown(self.pool.limits.grace_s)  # type: ignore[attr-defined]
         self.pool.spawn(shutdown)
+
+    def _idle(self) -> bool:
+        """Whether aiohttp's handler waits for a request, with none queued or running."""
+        waiter = getattr(self.inner, "_waiter", None)
+        queued = getattr(self.inner, "_messages", None)
+        return waiter is not None and not waiter.done() and not queued
 
 
 class _Refused(asyncio.Protocol):

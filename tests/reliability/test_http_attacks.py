@@ -352,3 +352,25 @@ def test_sighup_storm(tmp_path, stop_after):
     print(
         f"\nSIGHUP storm: 500 signals in {wall:.1f} s cost {cpu:.2f} s CPU, {len(grown)} log lines"
     )
+
+
+def test_half_closed_requests_get_an_answer_or_a_clean_close(tmp_path, stop_after):
+    """A client that sends its request and shuts down its sending side gets the whole
+    response; one that half-closes in the middle of its headers gets a clean close."""
+    node = Node(tmp_path / "log", "-c", "500")
+    stop_after(node)
+    node.wait_ready()
+    base = Baseline(node)
+    for _ in range(20):
+        with node.connect(5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 200") and b"DCGM_FI_DEV_GPU_TEMP" in data
+        with node.connect(5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHo")
+            s.shutdown(socket.SHUT_WR)
+            assert s.recv(100) == b""
+    base.check(extra_lines=1)
