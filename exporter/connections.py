@@ -236,6 +236,11 @@ class Guard(asyncio.Protocol):
         if self.connected:
             self.inner.pause_writing()
 
+    @property
+    def stalled(self) -> bool:
+        """Whether the client stopped reading (the send buffer is full)."""
+        return self._write_timer is not None
+
     def resume_writing(self) -> None:
         if self._write_timer is not None:
             self._write_timer.cancel()
@@ -351,7 +356,8 @@ class ConnectionLimit:
         )
 
     def close_all(self) -> None:
-        """On shutdown: drop every socket still in its handshake or never reading."""
+        """On shutdown: drop every socket still in its handshake or not reading its
+        response, so that they cannot delay the exit."""
         for guard in list(self.open):
-            if not guard.connected and guard.raw is not None:
+            if guard.raw is not None and (not guard.connected or guard.stalled):
                 guard.raw.abort()

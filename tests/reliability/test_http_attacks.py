@@ -97,6 +97,10 @@ def sockets(node: Node, n: int) -> list[socket.socket]:
     return out
 
 
+def peak(node: Node) -> str:
+    return f"RSS {node.rss_mib():.1f} MiB, peak {node.status('VmHWM') / 1024:.1f} MiB"
+
+
 def close_all(socks: list[socket.socket]) -> None:
     for s in socks:
         s.close()
@@ -145,7 +149,7 @@ def test_tls_handshake_flood(tmp_path, stop_after):
     log = node.output()
     assert "Traceback" not in log
     assert len(log.splitlines()) - lines <= 3, log.splitlines()[lines:]
-    print(f"\nTLS handshake flood: 300 sockets, cap 64, scrape answered in {took * 1000:.0f} ms")
+    print(f"\nTLS handshake flood: 300 sockets, cap 64, scrape {took * 1000:.0f} ms, {peak(node)}")
 
 
 def test_header_flood_and_slowloris(tmp_path, stop_after):
@@ -188,7 +192,7 @@ def test_header_flood_and_slowloris(tmp_path, stop_after):
     assert node.open_files() < base.fds + 10
     close_all(pending + over + drip)
     base.check(extra_lines=3)
-    print(f"\nheader flood + slowloris: scrape answered in {took * 1000:.0f} ms")
+    print(f"\nheader flood + slowloris: scrape {took * 1000:.0f} ms, {peak(node)}")
 
 
 def test_clients_that_never_read(tmp_path, stop_after):
@@ -196,7 +200,7 @@ def test_clients_that_never_read(tmp_path, stop_after):
     their fds are returned and SIGTERM is not delayed by them."""
     node = Node(
         tmp_path / "log", "-c", "500", "--max-connections", "100",
-        "--http-write-timeout", "1000", "--http-timeout", "5000",
+        "--http-write-timeout", "1500", "--http-timeout", "5000",
     )  # fmt: skip
     node.wait_ready()
     base = Baseline(node)
@@ -220,10 +224,12 @@ def test_clients_that_never_read(tmp_path, stop_after):
         with contextlib.suppress(OSError):
             s.send(request)
     time.sleep(0.3)
-    assert node.terminate(10) < 3
+    mem = peak(node)
+    stopped = node.terminate(10)
+    assert stopped < 3
     assert "Traceback" not in node.output()
     close_all(deaf + more)
-    print(f"\nnever-reading clients: scrape answered in {took * 1000:.0f} ms")
+    print(f"\nnever-reading clients: scrape {took * 1000:.0f} ms, {mem}, SIGTERM {stopped:.2f} s")
 
 
 def _basic(user: str, password: str) -> str:
@@ -270,7 +276,10 @@ def test_wrong_password_flood_after_a_reload(tmp_path, stop_after):
             t.join(10)
     assert refused[0] > 5  # the flood happened (bcrypt at cost 10 bounds its rate)
     base.check(extra_lines=3)
-    print(f"\nwrong-password flood: {refused[0]} refused, real scraper worst {worst * 1000:.0f} ms")
+    print(
+        f"\nwrong passwords: {refused[0]} refused, "
+        f"scraper worst {worst * 1000:.0f} ms, {peak(node)}"
+    )
 
 
 def test_truncated_web_config_keeps_basic_auth(tmp_path, stop_after):
