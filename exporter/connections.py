@@ -160,6 +160,7 @@ class Guard(asyncio.Protocol):
         self.connected = False  # inner has its transport (after the handshake, with TLS)
         self.going = False  # told to go (evicted) or gone
         self.budget = HeaderBudget(pool.limits.max_header_bytes)
+        self._refused = False  # answered 431: what follows is dropped
         self._write_timer: asyncio.TimerHandle | None = None
         self._handshake: asyncio.Task[None] | None = None
         self._early = bytearray()  # decrypted before start_tls returned: fed after connecting
@@ -206,6 +207,8 @@ class Guard(asyncio.Protocol):
             if self._handshake is not None and not self.going:
                 self._early += data[: self.pool.limits.max_header_bytes + 1 - len(self._early)]
             return
+        if self._refused:
+            return
         if not self.budget.feed(data):
             self.pool.too_large += 1
             self.pool.report(
@@ -215,7 +218,7 @@ class Guard(asyncio.Protocol):
             if transport is not None:
                 transport.write(REFUSED_431)
                 transport.close()
-            self.connected = False  # the rest of this connection is not parsed
+            self._refused = True  # the rest of this connection is not parsed
             return
         self.inner.data_received(data)
 
