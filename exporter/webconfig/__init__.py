@@ -116,8 +116,12 @@ async def _watching(app: web.Application) -> AsyncIterator[None]:
     state = app[WEB]
     wake = asyncio.Event()
     unsubscribe = signals.subscribe(app, wake)
+
+    async def check(_signalled: bool) -> bool:
+        return await state.reload()  # SIGHUP checks at once; only a change reloads
+
     task = asyncio.create_task(
-        signals.reloading(wake, state.reload, f"web config {state.config.path}", POLL_S),
+        signals.reloading(wake, check, f"web config {state.config.path}", POLL_S),
         name="web-config",
     )
     yield

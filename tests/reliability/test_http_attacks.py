@@ -356,7 +356,7 @@ def test_sighup_storm(tmp_path, stop_after):
     time.sleep(1.2)
     cpu, wall = _cpu_s(node.proc.pid) - cpu0, time.monotonic() - t0
     grown = node.output().splitlines()[lines:]
-    assert len(grown) <= 8, grown  # "metrics file unchanged", about once a second
+    assert len(grown) <= 6, grown  # "metrics file unchanged", about once a second
     assert node.rss_mib() < RSS_MIB
     print(
         f"\nSIGHUP storm: 500 signals in {wall:.1f} s cost {cpu:.2f} s CPU, {len(grown)} log lines"
