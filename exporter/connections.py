@@ -31,6 +31,8 @@ REFUSED_431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
     b"Content-Length: 32\r\nConnection: close\r\n\r\nrequest headers are too large.\r\n"
 )
+SHUTDOWN_S = 3.0
+"""Longest a TLS connection's closing handshake (close_notify) may take, seconds."""
 _LENGTH = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?\n", re.IGNORECASE)
 _CHUNKED = re.compile(rb"\r?\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 
@@ -135,7 +137,7 @@ async def _start_tls(
     waiter = loop.create_future()
     tls = _SmallBuffers(
         loop, protocol, ctx, waiter, server_side=True, ssl_handshake_timeout=timeout_s,
-        call_connection_made=False,
+        call_connection_made=False, ssl_shutdown_timeout=SHUTDOWN_S,
     )  # fmt: skip
     raw.pause_reading()  # the ClientHello waits until tls is the protocol
     raw.set_protocol(tls)
