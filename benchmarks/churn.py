@@ -39,10 +39,9 @@ from benchmarks.fleets import LAYOUT_MIXED, LAYOUT_SEVEN
 from benchmarks.load import fetch
 from benchmarks.procs import Process, free_port, rss_mib
 from exporter import sim
-from exporter.app import build
+from exporter.app import POLLER, build
 from exporter.catalog import load
 from exporter.cli import build_parser, config_from
-from exporter.server import POLLER
 
 EPOCH = 1.8e9
 

@@ -1,4 +1,8 @@
-"""Builds the aiohttp application; its cleanup context owns NVML and the collection loop."""
+"""Builds the aiohttp application; its cleanup context owns NVML and the collection loop.
+
+This is where the collection side (poller) meets the HTTP layer (server, connections,
+webconfig), which knows it only through :class:`exporter.server.Source`.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +10,47 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
+import socket
 import threading
 from collections.abc import AsyncIterator
+from functools import partial
 
 from aiohttp import web
 
-from exporter import reload, webconfig
-from exporter.catalog import Catalog
+from exporter import signals, webconfig
+from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
 from exporter.config import Config
+from exporter.connections import HTTP_LOG, ConnectionLimit, Limits
+from exporter.files import ConfigFileError, read_config_file
 from exporter.poller import Poller
-from exporter.server import HTTP_LOG, POLLER, TASK, ConnectionLimit, routes
+from exporter.server import Source, routes
 
 log = logging.getLogger(__name__)
 
 # Request-line and header limits (aiohttp's defaults, stated here so docs/security.md can
 # say what they are): a longer line or field, or more headers, gets 400 and is closed.
+# The total size of a request's headers is bounded by --http-max-header-bytes (431).
 MAX_LINE_BYTES = 8190
 MAX_FIELD_BYTES = 8190
 MAX_HEADERS = 128
 BACKLOG = 128  # connections the kernel queues before the exporter accepts them
 SHUTDOWN_S = 3.0  # on SIGTERM: time in-flight responses get to finish
 CLOSE_S = 2.0  # on SIGTERM: time NVML gets to shut down
+METRICS_FILE_MAX_BYTES = 1 << 20
+
+POLLER = web.AppKey("poller", Poller)
+TASK = web.AppKey("collect_task", asyncio.Task)
+
+
+def limits(cfg: Config) -> Limits:
+    """The HTTP connection bounds from the configuration."""
+    return Limits(
+        max_connections=cfg.max_connections,
+        handshake_s=cfg.http_timeout_s,
+        write_s=cfg.http_write_timeout_s,
+        max_header_bytes=cfg.http_max_header_bytes,
+    )
 
 
 def build(cfg: Config, catalog: Catalog) -> web.Application:
@@ -58,15 +80,62 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         shared_keys=attribution.shared_keys if attribution else None,
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
-    app[POLLER] = Poller(
-        catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg
-    )
-    routes(app)
-    reload.install(app, app[POLLER], catalog.path)
+    poller = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg)
+    app[POLLER] = poller
+    signals.install(app)
+    routes(app, _source(app, poller, bool(cfg.web_config_file)))
+    signals.watch(
+        app,
+        signals.FileReload(
+            "metrics_file", catalog.path, _read_metrics,
+            partial(_load_metrics, old_names=catalog.old_names), poller.reload,
+            app[signals.RELOADS], "still collecting with the last good metrics file",
+        ),
+    )  # fmt: skip
     app.cleanup_ctx.append(_collecting)
     if cfg.web_config_file:
-        webconfig.install(app, cfg.web_config_file)
+        excluded = cfg.auth_excluded_paths
+        webconfig.install(app, cfg.web_config_file, frozenset(excluded))
     return app
+
+
+def _source(app: web.Application, poller: Poller, auth: bool) -> Source:
+    def exposition() -> tuple[bytes, bytes]:
+        expo = poller.exposition
+        return expo.plain, expo.gzipped
+
+    def alive() -> bool:
+        task = app.get(TASK)
+        return task is None or not task.done()
+
+    if auth:
+        return Source(exposition, poller.readiness, alive, webconfig.authenticated)
+    return Source(exposition, poller.readiness, alive)
+
+
+def _read_metrics(path: str) -> str:
+    try:
+        return read_config_file(path, "metrics file", METRICS_FILE_MAX_BYTES)
+    except ConfigFileError as e:
+        raise ValueError(str(e)) from None
+
+
+def _load_metrics(path: str, old_names: bool = False) -> Catalog:
+    try:
+        catalog = load(path, old_names)
+    except CatalogError as e:
+        raise ValueError(str(e)) from None
+    for s in catalog.skipped:
+        log.debug("%s (%s:%d) not served: %s", s.name, catalog.path, s.line, s.reason)
+    log.info(
+        "metrics file %s reloaded: %d metrics, %d label fields, %d rows not served "
+        "(--check names them); in force from the next cycle",
+        catalog.path,
+        len(catalog.metrics),
+        len(catalog.labels),
+        len(catalog.skipped),
+    )
+    return catalog
 
 
 async def _collecting(app: web.Application) -> AsyncIterator[None]:
@@ -88,54 +157,65 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
     poller.close()
 
 
+class BindError(Exception):
+    """The address cannot be listened on; the message says which and what to do."""
+
+
 async def serve(app: web.Application, cfg: Config) -> None:
     """Serve ``app`` on the configured address until SIGTERM or SIGINT, then stop cleanly.
 
-    aiohttp's run_app does the same, except for the connection cap (ConnectionLimit),
-    which needs the protocol factory.
+    aiohttp's run_app does the same, except for the per-connection guard
+    (exporter.connections), which needs the protocol factory.
     """
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    remove = signals.on_stop(stop.set)
     try:
         assert runner.server is not None
-        tls = webconfig.ssl_context(app)
-        listener = await loop.create_server(
-            ConnectionLimit(runner.server, cfg.max_connections),
-            host=cfg.host or None,
-            port=cfg.port,
-            ssl=tls,
-            ssl_handshake_timeout=cfg.http_timeout_s if tls else None,
-            backlog=BACKLOG,
-        )
+        pool = ConnectionLimit(runner.server, limits(cfg), webconfig.ssl_context(app))
+        listener = await _listen(pool, cfg)
+        log.info("serving on %s, collecting every %g s", _address(cfg), cfg.interval_s)
         try:
             await stop.wait()
             log.info("stopping")
         finally:
             listener.close()
+            pool.close_all()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        remove()
         await runner.cleanup()
 
 
+async def _listen(pool: ConnectionLimit, cfg: Config) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.create_server(pool, host=cfg.host or None, port=cfg.port, backlog=BACKLOG)
+    except socket.gaierror as e:
+        raise BindError(
+            f"-a/--address {_address(cfg)}: cannot resolve host {cfg.host!r} ({e.strerror}); "
+            "give an IP address or a resolvable name, or leave the host out for every interface"
+        ) from None
+    except OSError as e:
+        raise BindError(
+            f"-a/--address {_address(cfg)}: cannot listen there ({e.strerror or e}); "
+            "choose another address or port, or stop what is using it"
+        ) from None
+
+
+def _address(cfg: Config) -> str:
+    host = f"[{cfg.host}]" if ":" in cfg.host else (cfg.host or "*")
+    return f"{host}:{cfg.port}"
+
+
 def run(cfg: Config, catalog: Catalog) -> int:
-    """Serve until SIGINT/SIGTERM."""
+    """Serve until SIGINT/SIGTERM; 2 when the address cannot be listened on."""
     app = build(cfg, catalog)
-    log.info(
-        "serving on %s:%d, collecting every %g s",
-        cfg.host or "*",
-        cfg.port,
-        cfg.interval_s,
-    )
     try:
         asyncio.run(serve(app, cfg))
-    except OSError as e:
-        log.error("cannot listen on %s:%d: %s", cfg.host or "*", cfg.port, e.strerror or e)
-        return 1
+    except BindError as e:
+        log.error("%s", e)
+        return 2
     poller = app[POLLER]
     if poller.busy:
         # The worker thread is inside an NVML call that does not return; Python would wait

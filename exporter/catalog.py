@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
+from exporter.files import ConfigFileError, read_config_file
 from exporter.nvml.fields import FIELDS, UNSERVED, Field
 
 TYPES = ("gauge", "counter", "label", "histogram", "summary")
@@ -86,22 +87,10 @@ def load(path: str | Path, old_names: bool = False) -> Catalog:
 
     ``old_names``: serve fields under their dcgm-exporter 1.x names where they have one.
     """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-        if len(raw) > MAX_BYTES:
-            raise CatalogError(
-                f"{path}: the metrics file is larger than {MAX_BYTES >> 20} MiB; "
-                "list only the fields to serve"
-            )
-        text = raw.decode("utf-8")
-    except OSError as e:
-        raise CatalogError(
-            f"{path}: cannot read the metrics file ({e.strerror}); "
-            "pass a readable CSV with -f/--collectors"
-        ) from None
-    except UnicodeDecodeError:
-        raise CatalogError(f"{path}: not UTF-8 text; save the metrics file as UTF-8") from None
+    try:  # a regular file of bounded size: a FIFO or /dev/zero is refused at once
+        text = read_config_file(str(path), "metrics file", MAX_BYTES)
+    except ConfigFileError as e:
+        raise CatalogError(f"{e}; pass a readable CSV with -f/--collectors") from None
     return parse(text, str(path), old_names)
 
 

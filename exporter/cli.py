@@ -12,12 +12,15 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from exporter import __version__, checks, logsetup
 from exporter.config import (
     DEFAULT_ADDRESS,
+    DEFAULT_AUTH_EXCLUDED,
+    DEFAULT_HTTP_MAX_HEADER_BYTES,
     DEFAULT_HTTP_TIMEOUT_MS,
+    DEFAULT_HTTP_WRITE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_SOCKET,
@@ -118,6 +121,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest a connection may take to send a complete request (TLS handshake and "
         "headers), or stay idle between requests, before it is closed "
         f"(env GPU_EXPORTER_HTTP_TIMEOUT; default {DEFAULT_HTTP_TIMEOUT_MS})",
+    )
+    g.add_argument(
+        "--http-write-timeout",
+        metavar="MS",
+        help="longest a client may stop reading a response before its connection is closed "
+        f"(env GPU_EXPORTER_HTTP_WRITE_TIMEOUT; default {DEFAULT_HTTP_WRITE_TIMEOUT_MS})",
+    )
+    g.add_argument(
+        "--http-max-header-bytes",
+        metavar="N",
+        help="largest total size of one request's headers; larger gets 431 "
+        f"(env GPU_EXPORTER_HTTP_MAX_HEADER_BYTES; default {DEFAULT_HTTP_MAX_HEADER_BYTES})",
+    )
+    g.add_argument(
+        "--web-auth-exclude",
+        metavar="PATHS",
+        help="comma-separated paths served without basic auth when the web config sets "
+        "users; empty: none (env GPU_EXPORTER_WEB_AUTH_EXCLUDE; default "
+        f"{','.join(DEFAULT_AUTH_EXCLUDED)}, the kubelet's probes)",
     )
     _kube_flags(g)
     g.add_argument(
@@ -259,6 +281,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     level, log_format = _logging(r)
     max_conns, http_timeout = _http(r)
     xid_window, clock_window = _windows(r)
+    http = _http_limits(r)
     hostname = node_name(env.get("NODE_NAME"))
     return Config(
         host=host,
@@ -285,7 +308,36 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         log_format=log_format,
         no_effect=r.no_effect(),
         web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
+        **http,
     )
+
+
+def _http_limits(r: Resolver) -> dict[str, Any]:
+    """The HTTP write timeout, header budget and auth-excluded paths (Config fields)."""
+    out: dict[str, Any] = {}
+    value, src = r.value(
+        "http_write_timeout", "--http-write-timeout", "GPU_EXPORTER_HTTP_WRITE_TIMEOUT"
+    )
+    if value is not None:
+        out["http_write_timeout_s"] = (
+            parse_count(value, src, "a timeout in milliseconds", 100, 3_600_000) / 1000
+        )
+    value, src = r.value(
+        "http_max_header_bytes", "--http-max-header-bytes", "GPU_EXPORTER_HTTP_MAX_HEADER_BYTES"
+    )
+    if value is not None:
+        out["http_max_header_bytes"] = parse_count(value, src, "a size in bytes", 1024, 1 << 20)
+    value, src = r.value("web_auth_exclude", "--web-auth-exclude", "GPU_EXPORTER_WEB_AUTH_EXCLUDE")
+    if value is not None:
+        paths = tuple(p.strip() for p in value.split(",") if p.strip())
+        unknown = [p for p in paths if p not in ("/", "/metrics", "/health", "/ready")]
+        if unknown:
+            raise ConfigError(
+                f"{src}: unknown path(s) {', '.join(unknown)}; "
+                "give some of /, /metrics, /health, /ready"
+            )
+        out["auth_excluded_paths"] = paths
+    return out
 
 
 def _fail(message: str) -> int:

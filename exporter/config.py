@@ -20,6 +20,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 _GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+DEFAULT_HTTP_WRITE_TIMEOUT_MS = 15000
+DEFAULT_HTTP_MAX_HEADER_BYTES = 16384
+DEFAULT_AUTH_EXCLUDED = ("/health", "/ready")
 
 
 class ConfigError(ValueError):
@@ -86,6 +89,9 @@ class Config:
     log_format: str = "text"  # or "json": one JSON object per log line
     no_effect: tuple[str, ...] = ()  # dcgm-exporter flags given that need DCGM
     web_systemd_socket: bool = False  # asked for; not supported, logged at startup
+    http_write_timeout_s: float = DEFAULT_HTTP_WRITE_TIMEOUT_MS / 1000  # client not reading
+    http_max_header_bytes: int = DEFAULT_HTTP_MAX_HEADER_BYTES  # one request's headers, total
+    auth_excluded_paths: tuple[str, ...] = DEFAULT_AUTH_EXCLUDED  # served without basic auth
 
 
 def _int(value: str) -> int | None:

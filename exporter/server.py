@@ -1,56 +1,33 @@
-"""HTTP endpoints. /metrics only returns bytes the poller rendered; it never calls NVML."""
+"""HTTP endpoints. A leaf: it serves bytes and answers it is given through a
+:class:`Source` (the exposition rendered once per cycle, readiness, liveness) and
+imports nothing from the collection side."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter import __version__
-from exporter.poller import Poller
-from exporter.render import CONTENT_TYPE
 
-log = logging.getLogger(__name__)
-
-
-class BadRequestLog(logging.Filter):
-    """Turns aiohttp's report of a request it could not parse (a 400: oversized or
-    malformed headers, junk on the port) from an ERROR with a traceback, per request,
-    into one warning line a minute that counts the rest: a client sending junk must
-    not be able to flood the log."""
-
-    def __init__(self, every_s: float = 60.0) -> None:
-        super().__init__()
-        self.every_s = every_s
-        self._last = float("-inf")
-        self._quiet = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, HttpProcessingError) or record.levelno < logging.ERROR:
-            return True  # a real failure in a handler (or debug output): keep it whole
-        now = time.monotonic()
-        if now - self._last < self.every_s:
-            self._quiet += 1
-            return False
-        record.msg = "refused a malformed HTTP request (%s)%s"
-        more = f"; {self._quiet} more since the last report" if self._quiet else ""
-        record.args = (str(exc).replace("\n", " ")[:200], more)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info = record.exc_text = None
-        self._last, self._quiet = now, 0
-        return True
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""Prometheus text format 0.0.4."""
 
 
-HTTP_LOG = logging.getLogger("exporter.http")
-"""aiohttp's per-connection logger (handler_args in app.py), with :class:`BadRequestLog`."""
-HTTP_LOG.addFilter(BadRequestLog())
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What the routes serve. ``exposition``: (plain, gzipped) bytes of the latest cycle;
+    ``readiness``: (ready, reasons, first most important); ``alive``: the collection loop runs."""
 
-POLLER = web.AppKey("poller", Poller)
-TASK = web.AppKey("collect_task", asyncio.Task)
+    exposition: Callable[[], tuple[bytes, bytes]]
+    readiness: Callable[[], tuple[bool, list[str]]]
+    alive: Callable[[], bool]
+    authenticated: Callable[[web.Request], bool] = lambda _request: True
+
+
+SOURCE = web.AppKey("source", Source)
 
 LANDING = """<!doctype html>
 <html><head><title>GPU exporter</title></head><body>
@@ -59,9 +36,12 @@ LANDING = """<!doctype html>
 <ul>
 <li><a href="metrics">metrics</a></li>
 <li><a href="health">health</a> (liveness)</li>
-<li><a href="ready">ready</a> (readiness, with reasons)</li>
+<li><a href="ready">ready</a> (readiness, with the reason when not ready)</li>
 </ul></body></html>
 """
+_PATH = re.compile(r"(?<![\w.])/[^\s:;,'\"()]+")
+MAX_REASON = 200
+MAX_DETAILS = 20
 
 
 def wants_gzip(accept_encoding: str) -> bool:
@@ -86,12 +66,18 @@ def wants_gzip(accept_encoding: str) -> bool:
     return False
 
 
+def scrub(reason: str) -> str:
+    """One line, bounded, with file-system paths replaced by ``<path>``."""
+    line = _PATH.sub("<path>", reason.splitlines()[0] if reason else "")
+    return line[:MAX_REASON]
+
+
 async def metrics(request: web.Request) -> web.Response:
-    expo = request.app[POLLER].exposition
+    plain, gzipped = request.app[SOURCE].exposition()
     if wants_gzip(request.headers.get("Accept-Encoding", "")):
-        resp = web.Response(body=expo.gzipped, headers={"Content-Encoding": "gzip"})
+        resp = web.Response(body=gzipped, headers={"Content-Encoding": "gzip"})
     else:
-        resp = web.Response(body=expo.plain)
+        resp = web.Response(body=plain)
     resp.content_type = "text/plain"
     resp.headers["Content-Type"] = CONTENT_TYPE
     return resp
@@ -99,16 +85,22 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     """Liveness: the process serves and its collection loop is alive."""
-    task = request.app.get(TASK)
-    if task is not None and task.done():
+    if not request.app[SOURCE].alive():
         return web.Response(status=500, text="collection loop stopped\n")
     return web.Response(text="ok\n")
 
 
 async def ready(request: web.Request) -> web.Response:
-    """Readiness: a recent successful collection; the body gives reasons and details."""
-    ok, lines = request.app[POLLER].readiness()
-    head = "ready" if ok else f"not ready: {lines.pop(0)}"
+    """Readiness: a recent successful collection. The first line is "ready" or "not ready:
+    <one reason>"; further details follow, one per line. Reasons and details carry no
+    file-system paths, and only a client that passed basic auth (or any, without auth)
+    sees them: GPU UUIDs and pod names stay behind the password."""
+    source = request.app[SOURCE]
+    ok, reasons = source.readiness()
+    lines = list(dict.fromkeys(scrub(r) for r in reasons if r))[:MAX_DETAILS]
+    if not source.authenticated(request):
+        lines = []
+    head = "ready" if ok else "not ready" + (f": {lines.pop(0)}" if lines else "")
     body = "\n".join([head, *(f"- {line}" for line in lines)]) + "\n"
     return web.Response(status=200 if ok else 503, text=body)
 
@@ -117,73 +109,11 @@ async def landing(_request: web.Request) -> web.Response:
     return web.Response(text=LANDING.format(version=__version__), content_type="text/html")
 
 
-def routes(app: web.Application) -> None:
+def routes(app: web.Application, source: Source | None = None) -> None:
+    """Add the routes; ``source`` (when given) is what they serve."""
+    if source is not None:
+        app[SOURCE] = source
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)
     app.router.add_get("/ready", ready)
-
-
-class _Refused(asyncio.Protocol):
-    """Closes a connection as soon as it is accepted."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.close()
-
-
-class ConnectionLimit:
-    """Protocol factory for ``loop.create_server``: aiohttp's server, with a connection cap.
-
-    When ``limit`` connections are open, a new one makes the oldest ones that have not
-    been told to go yet shut down (aiohttp's graceful shutdown: at once if the
-    connection waits for a request, as an idle keep-alive or a slow client does;
-    after its response, or ``grace_s``, if it is sending one), so that a flood of idle
-    connections cannot lock a scraper out. Only when every open connection is already
-    going is the new one refused. aiohttp counts a connection once its transport is
-    set up, which asyncio does after accepting up to ``backlog`` at a time, so open
-    connections stay under ``limit`` plus the listen backlog, plus those still going.
-    """
-
-    def __init__(self, server: web.Server, limit: int, grace_s: float = 3.0) -> None:
-        self.server = server
-        self.limit = limit
-        self.grace_s = grace_s
-        self.evicted = 0
-        self.refused = 0
-        self._going: set[object] = set()  # told to shut down, maybe still sending
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._logged = float("-inf")
-
-    def __call__(self) -> asyncio.BaseProtocol:
-        conns = self.server.connections  # oldest first
-        if self._going:
-            self._going.intersection_update(conns)  # forget the ones that are gone
-        if len(conns) >= self.limit:
-            staying = [c for c in conns if c not in self._going]
-            excess = len(staying) - self.limit + 1
-            if not staying:
-                self.refused += 1
-                self._warn(len(conns))
-                return _Refused()
-            for victim in staying[: max(excess, 1)]:
-                self._going.add(victim)
-                victim.close()  # wakes it if it waits for a request; shutdown() then closes it
-                task = asyncio.get_running_loop().create_task(victim.shutdown(self.grace_s))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                self.evicted += 1
-            self._warn(len(conns))
-        return self.server()
-
-    def _warn(self, open_now: int) -> None:
-        now = time.monotonic()
-        if now - self._logged >= 60:
-            self._logged = now
-            log.warning(
-                "%d HTTP connections open, the limit is %d (--max-connections): closing the "
-                "oldest (%d so far), refusing new ones when all are closing (%d so far)",
-                open_now,
-                self.limit,
-                self.evicted,
-                self.refused,
-            )

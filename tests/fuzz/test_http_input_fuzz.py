@@ -1,10 +1,12 @@
-"""Request-derived text the exporter reads: Accept-Encoding, and host /proc cgroup files."""
+"""Request-derived input the exporter reads: request heads (the header budget),
+Accept-Encoding, and host /proc cgroup files."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.connections import HeaderBudget
 from exporter.kube.cgroups import parse_cgroup
 from exporter.server import wants_gzip
 from tests.fuzz.strategies import FAST, TEXT
@@ -72,3 +74,44 @@ def test_gzip_only_when_its_first_entry_accepts_it(entries):
 def test_cgroup_files_parse_or_give_none(text):
     ref = parse_cgroup(text)
     assert ref is None or ref.pod_uid
+
+
+def _verdict(chunks: list[bytes], limit: int) -> bool:
+    budget = HeaderBudget(limit)
+    return all(budget.feed(c) for c in chunks)
+
+
+HEAD = st.builds(
+    lambda path, n, size: (
+        b"GET /%s HTTP/1.1\r\nHost: x\r\n" % path
+        + b"".join(b"X-%d: %s\r\n" % (i, b"v" * size) for i in range(n))
+        + b"\r\n"
+    ),
+    st.binary(max_size=40).map(
+        lambda b: b.replace(b"\r", b"").replace(b"\n", b"").replace(b" ", b"")
+    ),
+    st.integers(0, 40),
+    st.integers(0, 600),
+)
+
+
+@FAST
+@given(st.lists(HEAD, min_size=1, max_size=4), st.data())
+def test_header_budget_is_per_request_and_chunking_does_not_matter(heads, data):
+    """Pipelined requests in any chunking: refused exactly when one head is over the budget."""
+    limit = 4096
+    stream = b"".join(heads)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    assert _verdict(chunks, limit) == all(len(h) <= limit for h in heads)
+
+
+@FAST
+@given(st.binary(max_size=2000), st.integers(1, 64))
+def test_any_bytes_get_a_verdict_and_bounded_state(junk, step):
+    """Junk never raises, and what the guard keeps stays within the budget."""
+    budget = HeaderBudget(1024)
+    for i in range(0, len(junk), step):
+        if not budget.feed(junk[i : i + step]):
+            break
+        assert len(budget.head) <= 1024

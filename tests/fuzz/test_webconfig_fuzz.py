@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import base64
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter import webconfig
+from exporter.files import ConfigFileError, load_yaml
 from tests.fuzz.strategies import FAST, TEXT, yaml_like
 
 KEYS = sorted(
@@ -73,7 +75,7 @@ def test_any_file_loads_or_raises_web_config_error(tmp_path_factory, content):
     )
 )
 def test_any_authorization_header_parses_or_is_refused(header):
-    user, password = webconfig._basic_credentials(header)
+    user, password = webconfig.basic_credentials(header)
     assert user is None or isinstance(user, str)
     assert isinstance(password, bytes)
 
@@ -89,4 +91,29 @@ def test_credentials_come_back_as_sent(user, password):
         user.encode("utf-8")
     except UnicodeEncodeError:
         return  # lone surrogates are not sendable
-    assert webconfig._basic_credentials(header) == (user, password)
+    assert webconfig.basic_credentials(header) == (user, password)
+
+
+NAME = st.text("abcdefgh", min_size=1, max_size=6)
+
+
+@FAST
+@given(NAME, st.integers(1, 8), st.integers(1, 8))
+def test_anchors_and_aliases_are_refused(name, width, depth):
+    """A "billion laughs" file of any shape is refused in one line, never expanded."""
+    lines = [f"a0: &{name}0 [x, y]"]
+    for level in range(1, depth + 1):
+        refs = ", ".join([f"*{name}{level - 1}"] * width)
+        lines.append(f"a{level}: &{name}{level} [{refs}]")
+    with pytest.raises(ConfigFileError, match="anchors and aliases") as e:
+        load_yaml("\n".join(lines), "web config w.yaml")
+    assert "\n" not in str(e.value) and f"&{name}0" not in str(e.value)
+
+
+@FAST
+@given(TEXT)
+def test_any_yaml_text_loads_or_raises_one_line(text):
+    try:
+        load_yaml(text, "fleet f.yaml")
+    except ConfigFileError as e:
+        assert str(e).startswith("fleet f.yaml: not valid YAML: ") and "\n" not in str(e)

@@ -3,10 +3,20 @@ line naming the input (the behaviour behind them: test_http.py)."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
 import pytest
 
 from exporter.cli import build_parser, config_from, main
-from exporter.config import DEFAULT_HTTP_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
+from exporter.config import (
+    DEFAULT_HTTP_MAX_HEADER_BYTES,
+    DEFAULT_HTTP_TIMEOUT_MS,
+    DEFAULT_HTTP_WRITE_TIMEOUT_MS,
+    DEFAULT_MAX_CONNECTIONS,
+)
+from tests.procs import ROOT
 
 
 def cfg(argv, env=None):
@@ -31,6 +41,9 @@ def test_defaults_flags_and_environment():
         (["--max-connections", "lots"], "--max-connections: 'lots'"),
         (["--http-timeout", "50"], "--http-timeout: '50' is not a timeout in milliseconds"),
         (["--http-timeout", "1.5"], "give a number from 100 to 3600000"),
+        (["--http-write-timeout", "0"], "--http-write-timeout: '0' is not a timeout"),
+        (["--http-max-header-bytes", "10"], "--http-max-header-bytes: '10' is not a size"),
+        (["--web-auth-exclude", "/etc"], "--web-auth-exclude: unknown path(s) /etc"),
     ],
 )
 def test_bad_values_exit_2_with_one_line(capsys, argv, needle):
@@ -43,3 +56,51 @@ def test_bad_environment_value_names_the_variable(capsys, monkeypatch):
     monkeypatch.setenv("GPU_EXPORTER_MAX_CONNECTIONS", "-1")
     assert main(["--check"]) == 2
     assert "environment variable GPU_EXPORTER_MAX_CONNECTIONS" in capsys.readouterr().err
+
+
+def test_write_timeout_header_budget_and_auth_exclusions():
+    c = cfg([])
+    assert (c.http_write_timeout_s, c.http_max_header_bytes) == (15.0, 16384)
+    assert (DEFAULT_HTTP_WRITE_TIMEOUT_MS, DEFAULT_HTTP_MAX_HEADER_BYTES) == (15000, 16384)
+    assert c.auth_excluded_paths == ("/health", "/ready")
+    env = {
+        "GPU_EXPORTER_HTTP_WRITE_TIMEOUT": "2000",
+        "GPU_EXPORTER_HTTP_MAX_HEADER_BYTES": "4096",
+        "GPU_EXPORTER_WEB_AUTH_EXCLUDE": "/health",
+    }
+    c = cfg([], env)
+    assert (c.http_write_timeout_s, c.http_max_header_bytes) == (2.0, 4096)
+    assert c.auth_excluded_paths == ("/health",)
+    c = cfg(["--web-auth-exclude", ""], env)  # every path behind the password
+    assert c.auth_excluded_paths == ()
+
+
+def _start(address: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", "-a", address, "-c", "1000"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_a_port_in_use_exits_2_with_one_line():
+    """Not "serving on" then a traceback: one line naming the address, exit status 2."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        p = _start(f"127.0.0.1:{port}")
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out[-2000:]
+    assert "Traceback" not in out and "serving on" not in out
+    errors = [line for line in out.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0], errors
+    assert "cannot listen there" in errors[0]
+
+
+def test_an_invalid_host_exits_2_with_one_line():
+    p = _start("no-such-host.invalid:9400")
+    out = p.stdout + p.stderr
+    assert p.returncode == 2, out[-2000:]
+    assert "Traceback" not in out and "serving on" not in out
+    errors = [line for line in out.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "cannot resolve host 'no-such-host.invalid'" in errors[0], errors

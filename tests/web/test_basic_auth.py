@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import bcrypt
 import pytest
 
 from exporter import webconfig
+from exporter.webconfig import auth
 from tests.web.client import get, start
 
 PASSWORD = "correct horse battery staple"
@@ -118,36 +121,67 @@ async def test_every_failure_costs_one_bcrypt_check_of_the_same_cost(state, monk
         seen.append(hashed[:7])
         return real(password, hashed)
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", spy)
+    monkeypatch.setattr(auth.bcrypt, "checkpw", spy)
     assert not await state.authorized(_header("grafana", PASSWORD))
     assert not await state.authorized(_header("prometheus", "nope"))
     assert seen == [b"$2b$08$", b"$2b$08$"]
-    assert state.config.decoy != state.config.users["prometheus"]
+    assert auth.decoy(8) != state.config.users["prometheus"]
 
 
 async def test_unknown_user_and_wrong_password_take_the_same_time(state):
-    async def median(header: str) -> float:
+    async def median(user: str, password: str) -> float:
         times = []
-        for _ in range(7):
+        for i in range(7):  # a new password each time: outcomes are cached
             t = time.perf_counter()
-            assert not await state.authorized(header)
+            assert not await state.authorized(_header(user, f"{password}{i}"))
             times.append(time.perf_counter() - t)
         return statistics.median(times)
 
-    unknown = await median(_header("grafana", PASSWORD))
-    wrong = await median(_header("prometheus", "nope"))
+    unknown = await median("grafana", PASSWORD)
+    wrong = await median("prometheus", "nope")
     assert 0.5 < unknown / wrong < 2.0, (unknown, wrong)
 
 
-async def test_success_is_cached_until_reload(state, monkeypatch):
+async def test_outcomes_are_cached_across_reloads_until_the_hash_changes(state, monkeypatch):
+    """As exporter-toolkit: a verified password is not checked again, also after a reload
+    of an unchanged user; a new hash for the user is checked afresh."""
     assert await state.authorized(_header("prometheus", PASSWORD))
     calls = []
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", lambda *a: calls.append(a) or False)
+    monkeypatch.setattr(auth.bcrypt, "checkpw", lambda *a: calls.append(a) or False)
     assert await state.authorized(_header("prometheus", PASSWORD))  # from the cache
-    assert not await state.authorized(_header("prometheus", PASSWORD + "x"))  # never cached
+    assert not await state.authorized(_header("prometheus", PASSWORD + "x"))
+    assert not await state.authorized(_header("prometheus", PASSWORD + "x"))  # cached refusal
     assert len(calls) == 1
     assert await state.reload(force=True)
-    assert not await state.authorized(_header("prometheus", PASSWORD))  # cache cleared
+    assert await state.authorized(_header("prometheus", PASSWORD))  # same hash: still cached
+    assert len(calls) == 1
+    path = Path(state.config.path)
+    path.write_text(path.read_text().replace("$2b$08$", "$2b$09$"))  # another hash
+    assert await state.reload(force=True)
+    assert not await state.authorized(_header("prometheus", PASSWORD))  # checked afresh
+    assert len(calls) == 2
+
+
+async def test_a_flood_of_logins_gets_503_not_a_queue(state, monkeypatch):
+    """Past the bounded queue, a login is refused at once (503) instead of waiting behind
+    a flood of wrong passwords; the cached real scraper is never queued."""
+    assert await state.authorized(_header("prometheus", PASSWORD))
+    release = threading.Event()
+
+    def slow(*_args):
+        release.wait(5)
+        return False
+
+    monkeypatch.setattr(auth.bcrypt, "checkpw", slow)
+    flood = [
+        asyncio.ensure_future(state.authorized(_header("prometheus", f"guess{i}")))
+        for i in range(auth.WORKERS + auth.QUEUE)
+    ]
+    await asyncio.sleep(0.05)
+    assert await state.authorized(_header("prometheus", "one more")) is None  # busy: 503
+    assert await state.authorized(_header("prometheus", PASSWORD))  # cached: no queue
+    release.set()
+    assert not any(await asyncio.gather(*flood))
 
 
 async def test_password_longer_than_bcrypt_reads_is_refused(tmp_path):

@@ -217,6 +217,24 @@ async def test_a_vanished_file_is_reported_once_and_picked_up_again(tmp_path, ca
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "cannot read it" in errors[0].getMessage()
     assert state.config.users  # the last good one
-    path.write_text("basic_auth_users:\n")
+    path.write_text(f"basic_auth_users:\n  b: {HASH}\n")
     assert await state.reload()
-    assert not state.config.users
+    assert list(state.config.users) == ["b"]
+
+
+async def test_a_reload_that_would_weaken_the_server_is_refused_and_recorded(tmp_path, caplog):
+    """Empty, truncated before the users, or without users: refused while basic auth is on;
+    each outcome recorded for the self-metrics, the file's content never logged."""
+    path = tmp_path / "web.yaml"
+    path.write_text(f"basic_auth_users:\n  a: {HASH}\n")
+    state = webconfig.WebState(webconfig.load(str(path)))
+    assert state.status.get("web_config").ok
+    for weaker in ("", "http_server_config:\n  headers:\n    X-Frame-Options: deny\n"):
+        path.write_text(weaker)
+        assert not await state.reload()
+        assert state.config.users and not state.status.get("web_config").ok
+    assert HASH not in caplog.text
+    assert "restart" in caplog.text
+    path.write_text(f"basic_auth_users:\n  a: {HASH}\n  b: {HASH}\n")
+    assert await state.reload()
+    assert sorted(state.config.users) == ["a", "b"] and state.status.get("web_config").ok

@@ -1,0 +1,368 @@
+"""Every HTTP connection bounded from accept to close, as Go's net/http servers are.
+
+:class:`ConnectionLimit` is the protocol factory for ``loop.create_server``. Each
+accepted socket gets a :class:`Guard` in front of aiohttp's request handler, and
+counts against the connection limit from accept on, TLS handshake included (the
+server does TLS itself, with ``loop.start_tls``, so that a socket in its handshake
+can be counted and closed). The guard enforces what aiohttp does not: a deadline
+for the TLS handshake, a bound on the total size of a request's headers (431), a
+write timeout (a client that stops reading is cut off), and an answer-then-close
+for a client that half-closes after its request. aiohttp's keep-alive timer is the
+header-read and idle timeout; its parser bounds the request line and each header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import ssl
+from asyncio import sslproto
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from exporter.ratelimit import RateLimited
+
+log = logging.getLogger(__name__)
+
+REFUSED_431 = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
+    b"Content-Length: 32\r\nConnection: close\r\n\r\nrequest headers are too large.\r\n"
+)
+SHUTDOWN_S = 3.0
+"""Longest a TLS connection's closing handshake (close_notify) may take, seconds."""
+_LENGTH = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?\n", re.IGNORECASE)
+_CHUNKED = re.compile(rb"\r?\ntransfer-encoding[ \t]*:", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-connection bounds (seconds, bytes) and the connection cap."""
+
+    max_connections: int = 512
+    handshake_s: float = 15.0
+    write_s: float = 15.0
+    max_header_bytes: int = 16384
+    grace_s: float = 3.0  # an evicted connection that is sending gets this long to finish
+
+
+class BadRequestLog(logging.Filter):
+    """Turns aiohttp's report of a request it could not parse (a 400: oversized or
+    malformed headers, junk on the port) from an ERROR with a traceback, per request,
+    into one warning line a minute that counts the rest."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        super().__init__()
+        self.limit = RateLimited(every_s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if not isinstance(exc, HttpProcessingError) or record.levelno < logging.ERROR:
+            return True  # a real failure in a handler (or debug output): keep it whole
+        held = self.limit.ready()
+        if held is None:
+            return False
+        record.msg = "refused a malformed HTTP request (%s)%s"
+        more = f"; {held} more since the last report" if held else ""
+        record.args = (str(exc).replace("\n", " ")[:200], more)
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True
+
+
+HTTP_LOG = logging.getLogger("exporter.http")
+"""aiohttp's per-connection logger (handler_args in app.py), with :class:`BadRequestLog`."""
+HTTP_LOG.addFilter(BadRequestLog())
+
+
+class HeaderBudget:
+    """Follows the request heads in a connection's byte stream (pipelined requests and
+    bodies with a Content-Length skipped); :meth:`feed` is False once a head (request
+    line and headers) is over ``limit`` bytes. Holds at most ``limit`` + one chunk."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.head = bytearray()  # the current request's head so far
+        self._skip = 0  # body bytes to pass before the next request's head
+        self._counting = True  # False after a chunked body: per-field limits still apply
+
+    def feed(self, data: bytes) -> bool:
+        """Account for ``data``; False when a head is over the budget."""
+        view = memoryview(data)
+        while self._counting and len(view):
+            if self._skip:
+                n = min(self._skip, len(view))
+                self._skip -= n
+                view = view[n:]
+                continue
+            start = max(0, len(self.head) - 3)
+            self.head += view
+            end = _head_end(self.head, start)
+            if end < 0:
+                return len(self.head) <= self.limit
+            if end > self.limit:
+                return False
+            head = bytes(self.head[:end])
+            view = view[len(view) - (len(self.head) - end) :]
+            self.head = bytearray()
+            if _CHUNKED.search(head):
+                self._counting = False
+            m = _LENGTH.search(head)
+            self._skip = int(m.group(1)) if m else 0
+        return True
+
+
+def _head_end(buf: bytearray, start: int) -> int:
+    """Index just past the blank line ending a head in ``buf`` (from ``start``), or -1."""
+    crlf, lf = buf.find(b"\r\n\r\n", start), buf.find(b"\n\n", start)
+    if crlf >= 0 and (lf < 0 or crlf <= lf):
+        return crlf + 4
+    return lf + 2 if lf >= 0 else -1
+
+
+class _SmallBuffers(sslproto.SSLProtocol):
+    """asyncio's TLS protocol with a 16 KiB read buffer (one TLS record) instead of
+    256 KiB: the buffer is allocated per connection, at accept, before the handshake."""
+
+    max_size = 16 * 1024
+
+
+async def _start_tls(
+    raw: asyncio.Transport, protocol: asyncio.Protocol, ctx: ssl.SSLContext, timeout_s: float
+) -> asyncio.Transport:
+    """``loop.start_tls`` (server side) with :class:`_SmallBuffers`: the same steps."""
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_future()
+    tls = _SmallBuffers(
+        loop, protocol, ctx, waiter, server_side=True, ssl_handshake_timeout=timeout_s,
+        call_connection_made=False, ssl_shutdown_timeout=SHUTDOWN_S,
+    )  # fmt: skip
+    raw.pause_reading()  # the ClientHello waits until tls is the protocol
+    raw.set_protocol(tls)
+    made = loop.call_soon(tls.connection_made, raw)
+    resume = loop.call_soon(raw.resume_reading)
+    try:
+        await waiter
+    except BaseException:
+        made.cancel()
+        resume.cancel()
+        raise
+    return tls._app_transport  # what loop.start_tls returns
+
+
+class Guard(asyncio.Protocol):
+    """One accepted socket: TLS handshake, header budget, write timeout, half-close."""
+
+    def __init__(self, pool: ConnectionLimit, inner: asyncio.Protocol) -> None:
+        self.pool = pool
+        self.inner = inner
+        self.raw: asyncio.Transport | None = None
+        self.connected = False  # inner has its transport (after the handshake, with TLS)
+        self.going = False  # told to go (evicted) or gone
+        self.budget = HeaderBudget(pool.limits.max_header_bytes)
+        self._refused = False  # answered 431: what follows is dropped
+        self._write_timer: asyncio.TimerHandle | None = None
+        self._handshake: asyncio.Task[None] | None = None
+        self._early = bytearray()  # decrypted before start_tls returned: fed after connecting
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.raw = transport
+        if self.going:  # evicted between accept and now
+            transport.abort()
+            return
+        if self.pool.tls is None:
+            self._connect(transport)
+            return
+        transport.pause_reading()  # start_tls resumes it, with the ClientHello unread
+        self._handshake = asyncio.get_running_loop().create_task(self._start_tls())
+
+    async def _start_tls(self) -> None:
+        assert self.raw is not None and self.pool.tls is not None
+        try:
+            tls = await _start_tls(self.raw, self, self.pool.tls, self.pool.limits.handshake_s)
+        except asyncio.CancelledError:
+            self.raw.abort()
+            self.pool.closed(self)
+            raise
+        except Exception:  # a failed or timed-out handshake: nothing to answer
+            self.raw.abort()
+            self.pool.closed(self)
+            return
+        if self.going:
+            self.raw.abort()
+            self.pool.closed(self)
+            return
+        self._connect(tls)
+
+    def _connect(self, transport: asyncio.BaseTransport) -> None:
+        self.connected = True
+        self.inner.connection_made(transport)
+        if self._early:
+            early, self._early = bytes(self._early), bytearray()
+            self.data_received(early)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.connected:
+            if self._handshake is not None and not self.going:
+                self._early += data[: self.pool.limits.max_header_bytes + 1 - len(self._early)]
+            return
+        if self._refused:
+            return
+        if not self.budget.feed(data):
+            self.pool.too_large += 1
+            self.pool.report(
+                "request headers over %d bytes: answered 431", self.pool.limits.max_header_bytes
+            )
+            transport = getattr(self.inner, "transport", None) or self.raw
+            if transport is not None:
+                transport.write(REFUSED_431)
+                transport.close()
+            self._refused = True  # the rest of this connection is not parsed
+            return
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        """The client half-closed: answer what it asked, then close; nothing asked: close."""
+        if not self.connected:
+            return None
+        if self._idle() or self.pool.tls is not None:
+            self.inner.force_close()  # type: ignore[attr-defined]
+            return None
+        self.inner.close()  # type: ignore[attr-defined]  # close after the response
+        return True
+
+    def pause_writing(self) -> None:
+        if self._write_timer is None:
+            loop = asyncio.get_running_loop()
+            self._write_timer = loop.call_later(self.pool.limits.write_s, self._write_timeout)
+        if self.connected:
+            self.inner.pause_writing()
+
+    @property
+    def stalled(self) -> bool:
+        """Whether the client stopped reading (the send buffer is full)."""
+        return self._write_timer is not None
+
+    def resume_writing(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        if self.connected:
+            self.inner.resume_writing()
+
+    def _write_timeout(self) -> None:
+        self._write_timer = None
+        self.pool.write_timeouts += 1
+        self.pool.report(
+            "a client stopped reading for %g s: connection closed", self.pool.limits.write_s
+        )
+        if self.raw is not None:
+            self.raw.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        self.pool.closed(self)
+        if self.connected:
+            self.connected = False
+            self.inner.connection_lost(exc)
+
+    def evict(self) -> None:
+        """Make room: a socket in its handshake is dropped; a connection waiting for a
+        request closes at once, one sending a response after it (or grace_s)."""
+        self.going = True
+        if not self.connected:
+            if self._handshake is not None:
+                self._handshake.cancel()
+            if self.raw is not None:
+                self.raw.abort()  # also when the handshake task never got to run
+            else:  # accepted, not yet set up: forget it (connection_made checks `going`)
+                self.pool.closed(self)
+            return
+        if self._idle():  # waiting for (the rest of) a request: nothing to finish
+            self.inner.force_close()  # type: ignore[attr-defined]
+            return
+        self.inner.close()  # type: ignore[attr-defined]
+        shutdown = self.inner.shutdown(self.pool.limits.grace_s)  # type: ignore[attr-defined]
+        self.pool.spawn(shutdown)
+
+    def _idle(self) -> bool:
+        """Whether aiohttp's handler waits for a request, with none queued or running."""
+        waiter = getattr(self.inner, "_waiter", None)
+        queued = getattr(self.inner, "_messages", None)
+        return waiter is not None and not waiter.done() and not queued
+
+
+class _Refused(asyncio.Protocol):
+    """Closes a connection as soon as it is accepted."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
+class ConnectionLimit:
+    """Protocol factory: aiohttp's server behind a :class:`Guard` per socket, at most
+    ``limits.max_connections`` of them. At the limit a new socket makes the oldest that
+    has not been told to go yet leave (:meth:`Guard.evict`), so that a flood of idle or
+    half-open connections cannot lock a scraper out; only when every open one is already
+    going is the new one refused. Sockets still in the kernel's accept queue (the listen
+    backlog) are not yet counted."""
+
+    def __init__(
+        self, server: web.Server, limits: Limits, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.server = server
+        self.limits = limits
+        self.tls = tls
+        self.open: dict[Guard, None] = {}  # insertion order: oldest first
+        self.evicted = self.refused = self.too_large = self.write_timeouts = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._logs: dict[str, RateLimited] = {}
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        if len(self.open) >= self.limits.max_connections:
+            staying = [g for g in self.open if not g.going]
+            if not staying:
+                self.refused += 1
+                self._full()
+                return _Refused()
+            for victim in staying[: max(1, len(staying) - self.limits.max_connections + 1)]:
+                victim.evict()
+                self.evicted += 1
+            self._full()
+        guard = Guard(self, self.server())
+        self.open[guard] = None  # counted from accept on, before asyncio calls connection_made
+        return guard
+
+    def closed(self, guard: Guard) -> None:
+        guard.going = True
+        self.open.pop(guard, None)
+
+    def spawn(self, coro: object) -> None:
+        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def report(self, msg: str, *args: object) -> None:
+        self._logs.setdefault(msg, RateLimited(60.0)).log(log, logging.WARNING, msg, *args)
+
+    def _full(self) -> None:
+        self.report(
+            "%d HTTP connections open, the limit is %d (--max-connections): closing the "
+            "oldest (%d so far), refusing new ones when all are closing (%d so far)",
+            len(self.open),
+            self.limits.max_connections,
+            self.evicted,
+            self.refused,
+        )
+
+    def close_all(self) -> None:
+        """On shutdown: drop every socket still in its handshake or not reading its
+        response, so that they cannot delay the exit."""
+        for guard in list(self.open):
+            if guard.raw is not None and (not guard.connected or guard.stalled):
+                guard.raw.abort()
