@@ -90,7 +90,7 @@ def load(path: str | Path, old_names: bool = False) -> Catalog:
     try:  # a regular file of bounded size: a FIFO or /dev/zero is refused at once
         text = read_config_file(str(path), "metrics file", MAX_BYTES)
     except ConfigFileError as e:
-        raise CatalogError(f"{e}; pass a readable CSV with -f/--collectors") from None
+        raise CatalogError(f"{e} (-f/--collectors)") from None
     return parse(text, str(path), old_names)
 
 

@@ -52,7 +52,7 @@ def read_config_bytes(path: str, what: str, max_bytes: int = MAX_CONFIG_BYTES) -
             size += len(chunk)
             if size > max_bytes:
                 raise ConfigFileError(
-                    f"{what} {path}: larger than {max_bytes} bytes; is it the right file?"
+                    f"{what} {path}: larger than {_size(max_bytes)}; check that it is the right file"
                 )
     except OSError as e:
         raise ConfigFileError(f"{what} {path}: cannot read it: {e.strerror or e}") from None
@@ -112,3 +112,11 @@ def yaml_problem(e: yaml.YAMLError) -> str:
     mark = getattr(e, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     return f"{getattr(e, 'problem', None) or type(e).__name__}{where}"
+
+
+def _size(n: int) -> str:
+    """1048576 -> "1 MiB"; sizes that are not whole KiB or MiB in bytes."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
