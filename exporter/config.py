@@ -36,6 +36,9 @@ class KubeConfig:
     pod_uid: bool = False
     pod_labels: str | None = None  # allow-list regex of pod label names
     dra: bool = False
+    dcgm_pod_labels: bool = False  # --kubernetes-enable-pod-labels
+    pod_label_allowlist: tuple[str, ...] = ()  # --kubernetes-pod-label-allowlist-regex
+    virtual_gpus: bool = False  # --kubernetes-virtual-gpus
     host_proc: str = "/proc"
     timeout_s: float = 5.0
 

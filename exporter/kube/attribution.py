@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -19,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from exporter.config import KubeConfig
 from exporter.kube.cgroups import container_of
+from exporter.kube.limits import Drops, RateLimitedLog
 from exporter.kube.mapper import Mapper, Owner, PodMap, owner_labels
 from exporter.kube.podresources import PodResourcesClient
 from exporter.kube.sharing import render_shared
@@ -39,7 +41,8 @@ class Attribution:
         self._labels: Mapping[str, str] = MappingProxyType({})
         self._map_seen: PodMap | None = None
         self.duration = 0.0
-        if cfg.pod_uid or cfg.pod_labels or cfg.dra:
+        self._warn = RateLimitedLog(log)
+        if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
             self._start_watcher()
 
     # --- API server -------------------------------------------------------
@@ -50,7 +53,11 @@ class Attribution:
             from exporter.kube.apiserver import PodWatcher
 
             self.watcher = PodWatcher(
-                self.cfg.node_name, label_allow=self.cfg.pod_labels, dra=self.cfg.dra
+                self.cfg.node_name,
+                label_allow=self.cfg.pod_labels,
+                copy_labels=self.cfg.dcgm_pod_labels,
+                label_allowlist=self.cfg.pod_label_allowlist,
+                dra=self.cfg.dra,
             )
             self.watcher.start()
         except (ValueError, ImportError) as e:  # bad arguments, or no kubernetes package
@@ -62,9 +69,19 @@ class Attribution:
 
     # --- per cycle --------------------------------------------------------
     async def refresh(self, snap: Snapshot) -> None:
-        """Rebuild the device map against the devices of ``snap``."""
+        """Rebuild the device map against the devices of ``snap``; never raises
+        (a failure keeps the last labels, and is counted and logged)."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        try:
+            await self._refresh(snap)
+        except Exception as e:  # the cycle's GPU series are published all the same
+            self.mapper.failures += 1
+            self.mapper.status = f"kube mapping failed: {type(e).__name__}"
+            self._warn.warning("%s: %s; keeping the last pod labels", self.mapper.status, e)
+        self.duration = loop.time() - t0
+
+    async def _refresh(self, snap: Snapshot) -> None:
         instances = [d for d in snap.entities if d.is_mig]
         try:
             await asyncio.wait_for(
@@ -78,7 +95,6 @@ class Attribution:
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
         self._labels = self._build_labels(pm)
-        self.duration = loop.time() - t0
 
     def shared_keys(self) -> frozenset[str]:
         """Devices held by several containers: the collector reads their processes."""
@@ -100,7 +116,7 @@ class Attribution:
             o = owners[0]
             info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
             uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
-            extra = info.labels if (info is not None and self.cfg.pod_labels) else None
+            extra = info.labels if info is not None else None  # empty unless labels are copied
             out[key] = owner_labels(o, uid, extra)
         return MappingProxyType(out)
 
@@ -150,10 +166,29 @@ class Attribution:
         for resource, n in sorted(self.mapper.unmatched.items()):
             un.add_metric([resource], n)
         yield un
+        yield from self._input_families()
         yield GaugeMetricFamily(
             "gpu_exporter_attributed_devices",
             "GPUs and MIG instances held by at least one container.",
             len(self.mapper.map.owners),
+        )
+
+    def _input_families(self) -> Iterator[Metric]:
+        dropped = CounterMetricFamily(
+            "gpu_exporter_kube_inputs_dropped",
+            "Items of kubelet or API-server answers dropped at a bound or as invalid, by input.",
+            labels=["input"],
+        )
+        counts = Counter(dict(self.mapper.drops.items()))
+        drops: Drops | None = getattr(self.watcher, "drops", None)
+        counts.update(dict(drops.items()) if drops is not None else {})
+        for what, n in sorted(counts.items()):
+            dropped.add_metric([what], n)
+        yield dropped
+        yield CounterMetricFamily(
+            "gpu_exporter_kube_mapping_failures",
+            "Cycles whose pod mapping failed; the last good pod labels stayed in use.",
+            self.mapper.failures,
         )
 
     async def close(self) -> None:
