@@ -184,6 +184,11 @@ class PodIndex:
     def __len__(self) -> int:
         return len(self._pods[1])
 
+    def sizes(self) -> tuple[int, int]:
+        """(entries by UID, mirror UIDs included; pods by name): what the index holds."""
+        uids, names = self._pods
+        return len(uids), len(names)
+
     def info(self, obj: Any) -> PodInfo | None:
         """The PodInfo of one API pod object; None when it has no usable identity."""
         if not isinstance(obj, Mapping):
