@@ -62,9 +62,7 @@ def test_100000_pods_through_the_watch_keep_the_index_bounded(api, watcher):
     api.watches = once(events(pod(i) for i in range(100_000)))
     before = rss_mib()
     w = watcher(api.url)
-    wait_until(
-        lambda: w.drops["pods"] == 100_000 - limits.MAX_PODS, timeout=60, what="all events"
-    )
+    wait_until(lambda: w.drops["pods"] == 100_000 - limits.MAX_PODS, timeout=60, what="all events")
     assert len(w.pods()) == limits.MAX_PODS
     assert w.pod_by_name("ns", "p-0") is not None and w.pod_by_name("ns", "p-99999") is None
     assert rss_mib() - before < 48
