@@ -20,8 +20,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""Largest pod-resources ``List`` answer accepted from the kubelet (gRPC receive limit)."""
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""Largest pod-resources ``List`` answer accepted from the kubelet (gRPC receive limit;
+a node of 250 pods with 8 GPUs each answers in well under 100 KiB)."""
 
 MAX_KUBELET_PODS = 2000
 """Pods of one kubelet ``List`` answer that are looked at; the rest are dropped."""
