@@ -38,7 +38,6 @@ class KubeConfig:
     dra: bool = False
     dcgm_pod_labels: bool = False  # --kubernetes-enable-pod-labels
     pod_label_allowlist: tuple[str, ...] = ()  # --kubernetes-pod-label-allowlist-regex
-    virtual_gpus: bool = False  # --kubernetes-virtual-gpus
     host_proc: str = "/proc"
     timeout_s: float = 5.0
 

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from exporter.kube import ids, limits
 from exporter.kube.limits import Drops, RateLimitedLog
@@ -24,6 +24,7 @@ from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
 from exporter.nvml.devices import Device, escape
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NVIDIA_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DRA_DRIVER = "gpu.nvidia.com"
@@ -171,7 +172,7 @@ class Mapper:
             return items[:bound]
         return items
 
-    def _ids(self, device_ids: Sequence[str], budget: _ListBudget) -> Sequence[str]:
+    def _ids(self, device_ids: Sequence[T], budget: _ListBudget) -> Sequence[T]:
         take = min(len(device_ids), budget.ids_left)
         budget.ids_left -= take
         self.drops.add("device_ids", len(device_ids) - take)

@@ -31,6 +31,10 @@ class SliceDevice:
     profile: str
 
 
+def _map(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
 def _text(v: Any) -> str:
     return v if isinstance(v, str) and len(v) <= limits.MAX_NAME_CHARS else ""
 
@@ -49,17 +53,16 @@ def attr_value(v: Any) -> str:
 def parse_slice(obj: Any, budget: int, drops: Drops) -> Slice:
     """(driver, pool, generation, devices) of one ResourceSlice object, with at most
     ``budget`` devices (the rest are counted as dropped)."""
-    obj = obj if isinstance(obj, Mapping) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    spec = _map(_map(obj).get("spec"))
     driver = _text(spec.get("driver"))
-    pool = spec.get("pool") if isinstance(spec.get("pool"), Mapping) else {}
+    pool = _map(spec.get("pool"))
     pool_name = _text(pool.get("name"))
     try:
         generation = int(str(pool.get("generation") or 0)[:20])
     except ValueError:
         generation = 0
     raw = spec.get("devices")
-    devices = []
+    devices: list[SliceDevice] = []
     for dev in raw if isinstance(raw, list) else ():
         if len(devices) >= budget:
             drops.add("slice_devices")
@@ -71,10 +74,7 @@ def parse_slice(obj: Any, budget: int, drops: Drops) -> Slice:
 
 def _device(driver: str, pool: str, dev: Mapping[str, Any]) -> SliceDevice:
     # v1beta1 nests attributes under "basic"; v1beta2 and v1 do not.
-    basic = dev.get("basic") if isinstance(dev.get("basic"), Mapping) else {}
-    attrs = dev.get("attributes") or basic.get("attributes") or {}
-    if not isinstance(attrs, Mapping):
-        attrs = {}
+    attrs = _map(dev.get("attributes") or _map(dev.get("basic")).get("attributes"))
     a = {str(k).removeprefix(driver + "/"): attr_value(v) for k, v in attrs.items()}
     return SliceDevice(
         driver=driver,
