@@ -138,8 +138,10 @@ class Mapper:
         if not e.missing:
             self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
         self._retry_at = now + delay
-        if why != self.status:
-            log.warning("%s; keeping the last pod map%s", why, " and backing off" if delay else "")
+        if why != self.status:  # a kubelet that flaps between errors: still a few lines a minute
+            self._warn.warning(
+                "%s; keeping the last pod map%s", why, " and backing off" if delay else ""
+            )
         self.status = why
         if e.missing and now - self._last_ok > GRACE_S:
             self.map = PodMap()  # no kubelet for a while: nothing vouches for old labels

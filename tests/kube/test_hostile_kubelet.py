@@ -149,3 +149,13 @@ async def test_an_error_while_mapping_keeps_the_last_map(mapper, kubelet, invent
     assert mapper.map is before
     await refresh(mapper, inventory)  # the next cycle maps again
     assert mapper.status == "" and mapper.map.owners == before.owners
+
+
+async def test_a_kubelet_flapping_between_errors_logs_a_few_lines(
+    mapper, kubelet, inventory, caplog
+):
+    for i in range(20):
+        kubelet.mode = ("exhausted", "malformed")[i % 2]
+        await refresh(mapper, inventory)
+        assert mapper.status  # each failure is seen
+    assert len(warnings(caplog)) <= limits.LOG_LINES_PER_MINUTE
