@@ -54,6 +54,8 @@ class KubeConfig:
     pod_uid: bool = False
     pod_labels: str | None = None  # allow-list regex of pod label names
     dra: bool = False
+    dcgm_pod_labels: bool = False  # --kubernetes-enable-pod-labels
+    pod_label_allowlist: tuple[str, ...] = ()  # --kubernetes-pod-label-allowlist-regex
     host_proc: str = "/proc"
     timeout_s: float = 5.0
     dcgm_pod_labels: bool = False  # --kubernetes-enable-pod-labels: labels under their own names

@@ -52,7 +52,7 @@ def read_config_bytes(path: str, what: str, max_bytes: int = MAX_CONFIG_BYTES) -
             size += len(chunk)
             if size > max_bytes:
                 raise ConfigFileError(
-                    f"{what} {path}: larger than {_size(max_bytes)}; check that it is the right file"
+                    f"{what} {path}: larger than {_size(max_bytes)}; is it the right file?"
                 )
     except OSError as e:
         raise ConfigFileError(f"{what} {path}: cannot read it: {e.strerror or e}") from None

@@ -165,6 +165,19 @@ def _kube_families(st: KubeStatus) -> Iterator[Metric]:
     for resource, n in st.unmatched:
         un.add_metric([resource], n)
     yield un
+    dropped = CounterMetricFamily(
+        f"{PREFIX}_kube_inputs_dropped",
+        "Items of kubelet or API-server answers dropped at a bound or as invalid, by input.",
+        labels=["input"],
+    )
+    for what, n in st.dropped:
+        dropped.add_metric([what], n)
+    yield dropped
+    yield CounterMetricFamily(
+        f"{PREFIX}_kube_mapping_failures",
+        "Cycles whose pod mapping failed; the last good pod labels stayed in use.",
+        st.mapping_failures,
+    )
     yield GaugeMetricFamily(
         f"{PREFIX}_attributed_devices",
         "GPUs and MIG instances held by at least one container.",

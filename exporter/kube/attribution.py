@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -20,6 +21,7 @@ from typing import Any
 
 from exporter.config import KubeConfig
 from exporter.kube.cgroups import ContainerRef, container_of
+from exporter.kube.limits import Drops, RateLimitedLog
 from exporter.kube.mapper import Mapper, Owner, PodMap
 from exporter.kube.podresources import PodResourcesClient
 from exporter.kube.sharing import Split, split_shared
@@ -45,6 +47,8 @@ class KubeStatus:
     api_up: bool | None  # None when the API server is not watched
     unmatched: tuple[tuple[str, int], ...]  # (resource name, device IDs matching no device)
     attributed: int  # devices held by at least one container
+    dropped: tuple[tuple[str, int], ...] = ()  # (input, items dropped at a bound or invalid)
+    mapping_failures: int = 0  # cycles whose pod mapping failed (last good labels kept)
 
 
 class Attribution:
@@ -59,7 +63,8 @@ class Attribution:
         self._holders: Mapping[str, Holder] = MappingProxyType({})
         self._containers: dict[int, ContainerRef | None] = {}  # host PID -> container
         self.duration = 0.0
-        if cfg.pod_uid or cfg.pod_labels or cfg.dra:
+        self._warn = RateLimitedLog(log)
+        if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
             self._start_watcher()
 
     # --- API server -------------------------------------------------------
@@ -70,7 +75,11 @@ class Attribution:
             from exporter.kube.apiserver import PodWatcher
 
             self.watcher = PodWatcher(
-                self.cfg.node_name, label_allow=self.cfg.pod_labels, dra=self.cfg.dra
+                self.cfg.node_name,
+                label_allow=self.cfg.pod_labels,
+                copy_labels=self.cfg.dcgm_pod_labels,
+                label_allowlist=self.cfg.pod_label_allowlist,
+                dra=self.cfg.dra,
             )
             self.watcher.start()
         except (ValueError, ImportError) as e:  # bad arguments, or no kubernetes package
@@ -82,9 +91,19 @@ class Attribution:
 
     # --- per cycle --------------------------------------------------------
     async def refresh(self, snap: Snapshot) -> None:
-        """Rebuild the device map against the devices of ``snap``."""
+        """Rebuild the device map against the devices of ``snap``; never raises
+        (a failure keeps the last labels, and is counted and logged)."""
         loop = asyncio.get_running_loop()
         t0 = loop.time()
+        try:
+            await self._refresh(snap)
+        except Exception as e:  # the cycle's GPU series are published all the same
+            self.mapper.failures += 1
+            self.mapper.status = f"kube mapping failed: {type(e).__name__}"
+            self._warn.warning("%s: %s; keeping the last pod labels", self.mapper.status, e)
+        self.duration = loop.time() - t0
+
+    async def _refresh(self, snap: Snapshot) -> None:
         instances = [d for d in snap.entities if d.is_mig]
         try:
             await asyncio.wait_for(
@@ -98,7 +117,6 @@ class Attribution:
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
         self._holders = self._build_holders(pm)
-        self.duration = loop.time() - t0
 
     def shared_keys(self) -> frozenset[str]:
         """Devices held by several containers: the collector reads their processes."""
@@ -116,9 +134,7 @@ class Attribution:
             o = owners[0]
             info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
             uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
-            labels = ()
-            if info is not None and self.cfg.pod_labels:
-                labels = tuple(info.labels.items())
+            labels = tuple(info.labels.items()) if info is not None else ()  # as copied
             out[key] = Holder(o, uid, labels)
         return MappingProxyType(out)
 
@@ -159,14 +175,14 @@ class Attribution:
         api = None
         if self.watcher is not None or self._watcher_failed:
             api = self.watcher is not None and not self.watcher.status
+        counts = Counter(dict(self.mapper.drops.items()))
+        drops: Drops | None = getattr(self.watcher, "drops", None)
+        counts.update(dict(drops.items()) if drops is not None else {})
         return KubeStatus(
             not self.mapper.status,
             api,
             tuple(sorted(self.mapper.unmatched.items())),
             len(self.mapper.map.owners),
+            tuple(sorted(counts.items())),
+            self.mapper.failures,
         )
-
-    async def close(self) -> None:
-        await self.client.close()
-        if self.watcher is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)

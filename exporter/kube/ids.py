@@ -1,6 +1,6 @@
 """Device IDs as the kubelet reports them, resolved to the exporter's device keys.
 
-Forms (REFERENCE.md section 4): ``GPU-<uuid>``, ``MIG-<uuid>``,
+Forms (the device plugins of NVIDIA and GKE): ``GPU-<uuid>``, ``MIG-<uuid>``,
 ``MIG-GPU-<uuid>/<gi>/<ci>`` (drivers before R470), any of them with a
 ``::<replica>`` suffix (time-slicing, MPS), and GKE's
 ``nvidia<N>[/gi<K>][/vgpu<M>]``. A device key is the UUID of a whole GPU or
@@ -13,10 +13,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from exporter.kube.limits import MAX_DEVICE_ID_CHARS
 from exporter.nvml.devices import Device
 
-_GKE = re.compile(r"^nvidia(\d+)(?:/gi(\d+))?(?:/vgpu(\d+))?$")
-_OLD_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d+)/(\d+)$")
+# Numbers are at most 9 digits: int() of thousands of digits raises, and no GPU has more.
+_GKE = re.compile(r"^nvidia(\d{1,9})(?:/gi(\d{1,9}))?(?:/vgpu(\d{1,9}))?$")
+_OLD_MIG = re.compile(r"^MIG-(GPU-[0-9a-fA-F-]+)/(\d{1,9})/(\d{1,9})$")
 _UUID = re.compile(r"^(GPU|MIG)-[0-9a-fA-F-]{8,}$")
 
 
@@ -34,7 +36,10 @@ class DeviceRef:
 
 
 def parse(device_id: str) -> DeviceRef | None:
-    """Parse one device ID; None when it has none of the known forms."""
+    """Parse one device ID; None when it has none of the known forms or is longer
+    than ``MAX_DEVICE_ID_CHARS``."""
+    if not isinstance(device_id, str) or len(device_id) > MAX_DEVICE_ID_CHARS:
+        return None
     raw = device_id.strip()
     base, _, replica = raw.partition("::")
     m = _GKE.match(base)
@@ -58,6 +63,7 @@ class Resolver:
         self._keys: set[str] = set()
         self._minor: dict[int, Device] = {}
         self._mig: dict[tuple[str, int], list[Device]] = {}
+        self._profiles: dict[tuple[str, str], list[Device]] = {}
         for g in gpus:
             self._keys.add(g.key)
             device_label = dict(g.labels).get("device", "")
@@ -66,6 +72,7 @@ class Resolver:
         for m in instances:
             self._keys.add(m.key)
             self._mig.setdefault((m.uuid, m.gi or 0), []).append(m)
+            self._profiles.setdefault((m.uuid, m.profile), []).append(m)
 
     def key(self, ref: DeviceRef) -> str | None:
         """The device key the ID names, or None when no known device matches."""
@@ -87,3 +94,11 @@ class Resolver:
             if ci is None or m.ci == ci:
                 return m.key
         return None
+
+    def by_profile(self, parent_uuid: str, profile: str) -> str | None:
+        """The MIG instance of this profile (e.g. ``1g.10gb``) on this parent GPU, for a
+        DRA device created at allocation time (dynamic MIG), which names only those
+        two; None when there is no such instance, or several (they cannot be told
+        apart by what the claim says)."""
+        found = self._profiles.get((parent_uuid, profile), [])
+        return found[0].key if len(found) == 1 else None

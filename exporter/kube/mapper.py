@@ -13,16 +13,18 @@ import fnmatch
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
-from exporter.kube import ids
+from exporter.kube import ids, limits
+from exporter.kube.limits import Drops, RateLimitedLog
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
 from exporter.nvml.devices import Device
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NVIDIA_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DRA_DRIVER = "gpu.nvidia.com"
@@ -53,8 +55,24 @@ class PodMap:
         return frozenset(k for k, v in self.owners.items() if len(v) > 1)
 
 
+class _ListBudget:
+    """What one List answer may still make the mapper look at (limits.py)."""
+
+    def __init__(self) -> None:
+        self.ids_left = limits.MAX_DEVICE_IDS
+        self.wanted: dict[str, bool] = {}  # resource name -> wanted, at most MAX_RESOURCE_NAMES
+
+
 class Mapper:
-    """Refreshes the map from the kubelet, with timeouts and backoff; keeps the last good map."""
+    """Refreshes the map from the kubelet, with timeouts and backoff; keeps the last good map.
+
+    Bad input never stops a refresh: device IDs that are malformed or name no
+    device here are skipped and counted in ``unmatched`` (by resource, at most
+    ``limits.MAX_UNMATCHED_RESOURCES`` names, then ``limits.OTHER``); whatever
+    lies past a bound of limits.py is dropped and counted in ``drops``; an
+    unexpected error while building the map keeps the last map, counts a
+    ``failures`` and sets ``status``. Warnings are rate-limited.
+    """
 
     def __init__(
         self,
@@ -68,6 +86,9 @@ class Mapper:
         self.map = PodMap()
         self.status = "kubelet not asked yet"
         self.unmatched: Counter[str] = Counter()  # resource name -> device IDs matching no device
+        self.drops = Drops()
+        self.failures = 0  # refreshes whose answer could not be mapped
+        self._warn = RateLimitedLog(log)
         self._logged: set[str] = set()
         self._retry_at = 0.0
         self._backoff = 1.0
@@ -75,6 +96,7 @@ class Mapper:
         self.refreshes = 0
 
     def wanted(self, resource_name: str) -> bool:
+        """True for the resource names whose devices are GPUs or MIG instances."""
         return any(fnmatch.fnmatchcase(resource_name, p) for p in self.patterns)
 
     async def refresh(self, gpus: Iterable[Device], instances: Iterable[Device]) -> None:
@@ -89,6 +111,13 @@ class Mapper:
             return
         except asyncio.CancelledError:
             raise
+        try:
+            pm = self.build(resp, ids.Resolver(gpus, instances))
+        except Exception as e:  # a bug, or an answer nobody planned for: keep the last map
+            self.failures += 1
+            self.status = f"kubelet List answer could not be mapped: {type(e).__name__}"
+            self._warn.warning("%s: %s; keeping the last pod map", self.status, str(e)[:200])
+            return
         self._backoff = 1.0
         self._last_ok = now
         self.refreshes += 1
@@ -99,7 +128,7 @@ class Mapper:
                 else "kubelet pod-resources connected"
             )
         self.status = ""
-        self.map = self.build(resp, ids.Resolver(gpus, instances))
+        self.map = pm
 
     def _fail(self, why: str, e: KubeletUnavailable, now: float) -> None:
         # the socket missing is a steady state (no kubelet here): check again each interval
@@ -109,47 +138,97 @@ class Mapper:
         if not e.missing:
             self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
         self._retry_at = now + delay
-        if why != self.status:
-            log.warning("%s; keeping the last pod map%s", why, " and backing off" if delay else "")
+        if why != self.status:  # a kubelet that flaps between errors: still a few lines a minute
+            self._warn.warning(
+                "%s; keeping the last pod map%s", why, " and backing off" if delay else ""
+            )
         self.status = why
         if e.missing and now - self._last_ok > GRACE_S:
             self.map = PodMap()  # no kubelet for a while: nothing vouches for old labels
 
     def build(self, resp: Any, resolver: ids.Resolver) -> PodMap:
-        """The map from one List answer (pure; tests call it directly)."""
+        """The map from one List answer (tests call it directly)."""
         owners: dict[str, list[Owner]] = {}
-        for pod in resp.pod_resources:
-            for c in pod.containers:
+        budget = _ListBudget()
+        for pod in self._bounded(resp.pod_resources, limits.MAX_KUBELET_PODS, "kubelet_pods"):
+            for c in self._bounded(pod.containers, limits.MAX_CONTAINERS_PER_POD, "containers"):
+                if not all(
+                    len(n) <= limits.MAX_NAME_CHARS for n in (pod.namespace, pod.name, c.name)
+                ):
+                    self.drops.add("kubelet_names")
+                    continue
                 owner = Owner(pod.namespace, pod.name, c.name)
                 for dev in c.devices:
-                    if not self.wanted(dev.resource_name):
-                        continue
-                    for device_id in dev.device_ids:
-                        key = self._resolve(resolver, dev.resource_name, device_id)
-                        if key is not None:
-                            owners.setdefault(key, []).append(owner)
-                for dr in c.dynamic_resources:
-                    for cr in dr.claim_resources:
-                        if cr.driver_name != DRA_DRIVER:
-                            continue
-                        key = self._dra_key(resolver, cr)
-                        if key is not None:
-                            o = Owner(
-                                pod.namespace, pod.name, c.name, dr.claim_name, dr.claim_namespace
-                            )
-                            owners.setdefault(key, []).append(o)
+                    if self._wanted(dev.resource_name, budget):
+                        for device_id in self._ids(dev.device_ids, budget):
+                            key = self._resolve(resolver, dev.resource_name, device_id)
+                            if key is not None:
+                                owners.setdefault(key, []).append(owner)
+                self._claims(pod, c, resolver, owners, budget)
         frozen = {k: tuple(dict.fromkeys(v)) for k, v in owners.items()}
         return PodMap(MappingProxyType(frozen))
+
+    def _bounded(self, items: Sequence[Any], bound: int, what: str) -> Sequence[Any]:
+        if len(items) > bound:
+            self.drops.add(what, len(items) - bound)
+            return items[:bound]
+        return items
+
+    def _ids(self, device_ids: Sequence[T], budget: _ListBudget) -> Sequence[T]:
+        take = min(len(device_ids), budget.ids_left)
+        budget.ids_left -= take
+        self.drops.add("device_ids", len(device_ids) - take)
+        return device_ids[:take]
+
+    def _wanted(self, resource: str, budget: _ListBudget) -> bool:
+        known = budget.wanted.get(resource)
+        if known is not None:
+            return known
+        if len(budget.wanted) >= limits.MAX_RESOURCE_NAMES or len(resource) > limits.MAX_NAME_CHARS:
+            self.drops.add("resource_names")
+            return False
+        budget.wanted[resource] = self.wanted(resource)
+        return budget.wanted[resource]
+
+    def _claims(
+        self,
+        pod: Any,
+        c: Any,
+        resolver: ids.Resolver,
+        owners: dict[str, list[Owner]],
+        budget: _ListBudget,
+    ) -> None:
+        for dr in c.dynamic_resources:
+            if len(dr.claim_name) > limits.MAX_NAME_CHARS:
+                self.drops.add("kubelet_names")
+                continue
+            for cr in self._ids(dr.claim_resources, budget):
+                if cr.driver_name != DRA_DRIVER:
+                    continue
+                key = self._dra_key(resolver, cr)
+                if key is not None:
+                    o = Owner(pod.namespace, pod.name, c.name, dr.claim_name, dr.claim_namespace)
+                    owners.setdefault(key, []).append(o)
+
+    def _count_unmatched(self, resource: str) -> None:
+        if resource not in self.unmatched and len(self.unmatched) >= limits.MAX_UNMATCHED_RESOURCES:
+            resource = limits.OTHER
+        self.unmatched[resource] += 1
 
     def _resolve(self, resolver: ids.Resolver, resource: str, device_id: str) -> str | None:
         ref = ids.parse(device_id)
         key = resolver.key(ref) if ref is not None else None
         if key is None:
-            self.unmatched[resource] += 1
+            self._count_unmatched(resource)
             if device_id not in self._logged:
                 self._remember(device_id)
                 why = "unknown ID form" if ref is None else "no such GPU or MIG instance here"
-                log.warning("device ID %r of %s matches no device (%s)", device_id, resource, why)
+                self._warn.warning(
+                    "device ID %s of %s matches no device (%s)",
+                    _short(device_id),
+                    _short(resource),
+                    why,
+                )
         return key
 
     def _remember(self, device_id: str) -> None:
@@ -157,19 +236,33 @@ class Mapper:
         again, once) so that IDs of instances long gone do not pile up."""
         if len(self._logged) >= LOGGED_MAX:
             self._logged.clear()
-        self._logged.add(device_id)
+        self._logged.add(device_id[: limits.MAX_DEVICE_ID_CHARS])
 
     def _dra_key(self, resolver: ids.Resolver, cr: Any) -> str | None:
         dev = (
             self.slice_device(cr.driver_name, cr.pool_name, cr.device_name)
-            if (self.slice_device)
+            if self.slice_device
             else None
         )
+        resource = "dra:" + cr.driver_name
+        if dev is not None and dev.uuid:
+            return self._resolve(resolver, resource, dev.uuid)
+        # dynamic MIG: the instance was made at allocation; the slice names its parent
+        key = resolver.by_profile(dev.parent_uuid, dev.profile) if dev is not None else None
+        if key is not None:
+            return key
+        self._count_unmatched(resource)
         name = f"{cr.pool_name}/{cr.device_name}"
-        if dev is None or not dev.uuid:
-            self.unmatched["dra:" + cr.driver_name] += 1
-            if name not in self._logged:
-                self._remember(name)
-                log.warning("DRA device %s has no ResourceSlice with a UUID (yet)", name)
-            return None
-        return self._resolve(resolver, "dra:" + cr.driver_name, dev.uuid)
+        if name not in self._logged:
+            self._remember(name)
+            self._warn.warning(
+                "DRA device %s matches no GPU or MIG instance (no ResourceSlice with a "
+                "UUID, or a parent GPU and profile, yet)",
+                _short(name),
+            )
+        return None
+
+
+def _short(text: str, n: int = 80) -> str:
+    """``repr`` of ``text``, cut to about ``n`` characters for a log line."""
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} chars)"

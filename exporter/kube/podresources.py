@@ -15,8 +15,9 @@ import grpc
 from exporter.config import DEFAULT_SOCKET
 from exporter.kube.generated import podresources_pb2 as pb
 from exporter.kube.generated import podresources_pb2_grpc as pb_grpc
+from exporter.kube.limits import MAX_MESSAGE_BYTES
 
-MAX_MESSAGE = 16 * 1024 * 1024
+MAX_MESSAGE = MAX_MESSAGE_BYTES
 
 
 class KubeletUnavailable(Exception):
@@ -58,10 +59,7 @@ class PodResourcesClient:
         self._stub = None
 
     async def list(self) -> pb.ListPodResourcesResponse:
-        """Every pod's resources on this node."""
-        return await self._call("List", pb.ListPodResourcesRequest())
-
-    async def _call(self, method: str, request: object) -> object:
+        """Every pod's resources on this node; raises KubeletUnavailable."""
         if not os.path.exists(self.socket_path):
             await self.close()
             raise KubeletUnavailable(
@@ -71,18 +69,24 @@ class PodResourcesClient:
             )
         stub = self._connect()
         try:
-            resp = await getattr(stub, method)(request, timeout=self.timeout_s)
+            resp = await stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout_s)
         except grpc.aio.AioRpcError as e:
-            code = e.code()
-            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                raise KubeletUnavailable(
-                    f"kubelet rate-limited {method} (RESOURCE_EXHAUSTED)", throttled=True
-                ) from None
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                await self.close()  # a restarted kubelet: dial again next time
-            raise KubeletUnavailable(
-                f"kubelet {method} failed: {code.name}: {e.details()}"
-            ) from None
+            raise await self._unavailable(e) from None
         if resp is None:  # grpc.aio hands back None when the answer does not parse
-            raise KubeletUnavailable(f"kubelet {method} answer is not a valid {method} response")
+            raise KubeletUnavailable("kubelet List answer is not a valid List response")
         return resp
+
+    async def _unavailable(self, e: grpc.aio.AioRpcError) -> KubeletUnavailable:
+        code = e.code()
+        details = str(e.details() or "")[:200]
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+            return KubeletUnavailable(
+                f"kubelet List answer is larger than {MAX_MESSAGE} bytes; ignoring it"
+            )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return KubeletUnavailable(
+                "kubelet rate-limited List (RESOURCE_EXHAUSTED)", throttled=True
+            )
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            await self.close()  # a restarted kubelet: dial again next time
+        return KubeletUnavailable(f"kubelet List failed: {code.name}: {details}")

@@ -88,3 +88,23 @@ def test_real_devices_resolve_to_themselves():
         assert RESOLVER.key(ids.parse(d.key)) == d.key
         assert RESOLVER.key(ids.parse(f"{d.key}::3")) == d.key
     assert RESOLVER.key(ids.parse(f"GPU-{uuid.uuid4()}")) is None
+
+
+@FAST
+@given(
+    st.sampled_from(
+        ["nvidia", "nvidia1/gi", "nvidia1/vgpu", "MIG-GPU-0000aaaa-bb/", "MIG-GPU-0000aaaa-bb/1/"]
+    ),
+    st.integers(10, 6000),
+    st.sampled_from(["", "::1", "/0"]),
+)
+def test_numbers_of_any_length_never_raise(prefix, digits, suffix):
+    # int() of more than 4,300 digits raises: such IDs must come back None, not raise
+    assert ids.parse(prefix + "9" * digits + suffix) is None
+
+
+@FAST
+@given(st.text(min_size=ids.MAX_DEVICE_ID_CHARS + 1, max_size=ids.MAX_DEVICE_ID_CHARS + 50))
+def test_ids_past_the_length_bound_are_malformed(device_id):
+    assert ids.parse(device_id) is None
+    assert ids.parse("GPU-" + "a" * ids.MAX_DEVICE_ID_CHARS) is None

@@ -80,9 +80,16 @@ def test_dra_claims_label_whole_gpu_and_mig_device(node):
     assert temp[0].labels["pod"] == "dra-whole"  # device-level series of a whole GPU too
     mig = [s for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="7") if s.labels.get("GPU_I_ID") == "7"]
     assert [(s.labels["pod"], s.labels["claim_name"]) for s in mig] == [("dra-mig", "small-mig")]
+    # dynamic MIG: the slice names the parent GPU and profile (3g.40gb is GI 2 on GPU 7)
+    dyn = [s for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="7") if s.labels.get("GPU_I_ID") == "2"]
+    assert [(s.labels["pod"], s.labels["claim_name"]) for s in dyn] == [
+        ("dra-dynamic", "dynamic-mig")
+    ]
     # the other MIG instances of GPU 7, and GPU 7's device series, stay unlabelled
     others = [
-        s for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="7") if s.labels.get("GPU_I_ID") != "7"
+        s
+        for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="7")
+        if s.labels.get("GPU_I_ID") not in ("7", "2")
     ]
     assert others and all("pod" not in s.labels for s in others)
     assert "fpga" not in text  # other drivers' claims are not ours

@@ -51,3 +51,11 @@ def test_resolves_every_form_against_the_default_node(inventory):
     assert r.key(parse("nvidia9")) is None
     assert r.key(parse(f"MIG-{g6}/99/0")) is None
     assert r.key(DeviceRef("x")) is None
+
+
+def test_dynamic_mig_resolves_by_parent_and_profile(inventory):
+    gpus, migs = inventory
+    r = Resolver(gpus.values(), migs.values())
+    assert r.by_profile(gpus[7].uuid, "3g.40gb") == migs[(7, 2)].key
+    assert r.by_profile(gpus[6].uuid, "1g.10gb") is None  # seven of them: cannot tell which
+    assert r.by_profile(gpus[0].uuid, "1g.10gb") is None  # no MIG on GPU 0

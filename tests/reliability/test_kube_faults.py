@@ -199,3 +199,57 @@ def test_gpu_series_survive_every_api_server_fault(tmp_path, kubelet):
         f"\nAPI-server faults: {watch.scrapes} scrapes, all with {ENTITIES} devices; slowest "
         f"{watch.slowest * 1000:.0f} ms; longest gap between fresh collections {max(gaps):.1f} s"
     )
+
+
+def test_hostile_kubelet_answer_never_stops_collection(tmp_path, kubelet):
+    """One kubelet answer with everything the attack review tried (a 5,000-digit ID,
+    100,000 unknown IDs, 20,000 resource names): the exporter keeps collecting, the
+    good devices keep their pods, memory, series and log stay bounded, no traceback."""
+    good = kubelet.pods
+    hostile = type(good)()
+    hostile.CopyFrom(good)
+    c = hostile.pod_resources.add(name="hostile", namespace="tenant").containers.add(name="m")
+    c.devices.add(resource_name="nvidia.com/gpu", device_ids=["nvidia" + "9" * 5000])
+    for i in range(20_000):
+        c.devices.add(resource_name=f"nvidia.com/mig-x{i}", device_ids=["MIG-nope-0000-0000"])
+    c.devices.add(
+        resource_name="nvidia.com/gpu", device_ids=[f"GPU-{i:08x}" for i in range(100_000)]
+    )
+    node = Node(
+        tmp_path / "log", "-c", "300", "-k", "--pod-resources-kubelet-socket",
+        str(kubelet.socket_path),
+    )  # fmt: skip
+    try:
+        node.wait_ready()
+        wait_until(lambda: 'pod="train-0"' in node.metrics(), 15, "pod labels")
+        time.sleep(2)
+        before = node.rss_mib()
+        kubelet.pods = hostile
+        wait_until(lambda: "gpu_exporter_kube_inputs_dropped_total" in node.metrics(), 10, "drops")
+        first = find(node.metrics(), "gpu_exporter_last_collection_success_timestamp_seconds")
+        time.sleep(5)
+        text = node.metrics()
+        rss = node.rss_mib()
+    finally:
+        node.stop()
+    last = find(text, "gpu_exporter_last_collection_success_timestamp_seconds")
+    assert last[0].value > first[0].value  # fresh cycles all along
+    assert len(find(text, "DCGM_FI_DEV_FB_USED")) == ENTITIES
+    assert find(text, "gpu_exporter_kubelet_up")[0].value == 1
+    assert 'pod="train-0"' in text
+    unmatched = find(text, "gpu_exporter_unmatched_device_ids_total")
+    assert len(unmatched) == 33  # bounded resource label values, "other" included
+    assert {s.labels["resource"] for s in unmatched} >= {"nvidia.com/gpu", "other"}
+    dropped = {s.labels["input"] for s in find(text, "gpu_exporter_kube_inputs_dropped_total")}
+    assert {"device_ids", "resource_names"} <= dropped
+    # a 2.3 MB answer parsed every 300 ms: the growth is that of one answer in flight
+    assert rss - before < 32, (before, rss)
+    log = node.output()
+    assert "Traceback" not in log
+    assert log.count("matches no device") <= 5, log[-2000:]
+    kube_lines = [line for line in log.splitlines() if "exporter.kube" in line]
+    assert len(kube_lines) <= 8, kube_lines
+    print(
+        f"\nhostile kubelet answer: RSS {before:.0f} -> {rss:.0f} MiB, "
+        f"{len(kube_lines)} log lines from exporter.kube"
+    )
