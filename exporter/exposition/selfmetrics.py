@@ -98,7 +98,8 @@ class SelfMetrics:
         )
         for row in self.skipped_rows:
             skipped.add_metric([row.name], row.line)
-        yield skipped
+        if self.skipped_rows:
+            yield skipped
         if self.kube is not None:
             yield from _kube_families(self.kube())
         snap = self.snapshot

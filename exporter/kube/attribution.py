@@ -186,3 +186,8 @@ class Attribution:
             tuple(sorted(counts.items())),
             self.mapper.failures,
         )
+
+    async def close(self) -> None:
+        await self.client.close()
+        if self.watcher is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)

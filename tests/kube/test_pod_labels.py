@@ -16,6 +16,7 @@ from exporter import sim
 from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import KubeConfig, default_metrics_file
+from exporter.exposition.pods import HolderText
 from exporter.kube.attribution import Attribution
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakeapi import load as load_api
@@ -65,7 +66,8 @@ async def labels_of(node, snap, **kw) -> str:
     try:
         for _ in range(200):
             await attr.refresh(snap)
-            text = attr.labels().get(snap.gpus[0].key, "")
+            holder = attr.holders().get(snap.gpus[0].key)
+            text = HolderText()(holder) if holder is not None else ""
             if attr.watcher.pods_synced and text:
                 return text
             await asyncio.sleep(0.05)

@@ -40,7 +40,7 @@ def test_devices_and_directories_are_refused(path, kind):
 def test_size_is_bounded(tmp_path):
     path = tmp_path / "big.yaml"
     path.write_bytes(b"#" * 2049)
-    with pytest.raises(ConfigFileError, match="larger than 2048 bytes"):
+    with pytest.raises(ConfigFileError, match="larger than 2 KiB"):
         read_config_file(str(path), "web config", max_bytes=2048)
     path.write_bytes(b"#" * 2048)
     assert len(read_config_file(str(path), "web config", max_bytes=2048)) == 2048
