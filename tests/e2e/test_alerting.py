@@ -7,7 +7,8 @@ lost, double-bit ECC errors, three overheating GPUs, one of them in MIG mode, a 
 its power and memory limits, application XIDs, an idle allocation) and
 alerting-healthy.yaml (the same GPUs and pods, no faults). One real Prometheus scrapes
 both with the rule files of alerts/ and sends to one real Alertmanager configured with
-alerts/alertmanager.yaml, which delivers to a webhook served by this process. What must arrive is tests/fixtures/alerting/expected.yaml.
+alerts/alertmanager.yaml, which delivers to a webhook served by this process. What must
+arrive is tests/fixtures/alerting/expected.yaml.
 
 Prometheus and Alertmanager load copies of the shipped files, changed only where a test
 cannot wait:
