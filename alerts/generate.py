@@ -43,6 +43,13 @@ RULES_HEADER = """\
 """
 # The exporter's own series: every selector on one of these is restricted to the job.
 OWN_SERIES = re.compile(r"(?<![\w:\"])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{)?")
+DCGM_SERIES = re.compile(r"(?<![\w:\"])(DCGM_\w+)\b(\{)?")
+# What names one physical GPU (and where it is scraped): the labels an alert marked
+# `once_per_gpu` keeps for a MIG-enabled GPU, whose device-level series repeat per GPU
+# instance (dcgm-exporter's default `-d f`) with each instance's pod labels.
+GPU_LABELS = (
+    "cluster, job, instance, node, Hostname, hostname, gpu, UUID, pci_bus_id, device, modelName"
+)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -80,10 +87,39 @@ def select_job(expr: str, job: str) -> str:
     return OWN_SERIES.sub(add, expr)
 
 
+def _match(expr: str, matcher: str) -> str:
+    """``expr`` with ``matcher`` on every selector of a DCGM_* series."""
+
+    def add(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return f"{name}{{{matcher}, " if m.group(2) else f"{name}{{{matcher}}}"
+
+    return DCGM_SERIES.sub(add, expr)
+
+
+def once_per_gpu(expr: str, keep: tuple[str, ...] = ()) -> str:
+    """``expr`` evaluated once per physical GPU.
+
+    Whole GPUs (series without GPU_I_ID, also every GPU under ``-d g``) keep all
+    their labels, pod labels included; the per-instance copies of a MIG-enabled
+    GPU collapse into one series with the GPU's own labels (GPU_LABELS and
+    ``keep``), without the instances' pod labels.
+    """
+    labels = ", ".join((GPU_LABELS, *keep))
+    body = expr.strip()
+    whole = _match(body, 'GPU_I_ID=""').replace("\n", "\n  ")
+    mig = _match(body, 'GPU_I_ID!=""').replace("\n", "\n  ")
+    return f"(\n  {whole}\n)\nor\nmax by ({labels}) (\n  {mig}\n)\n"
+
+
 def apply(groups: list[dict[str, Any]], cfg: dict[str, str]) -> list[dict[str, Any]]:
-    """The groups with the job selected and each alert's runbook_url set."""
+    """The groups with device-level alerts once per GPU, the job selected, runbooks set."""
     for group in groups:
         for rule in group["rules"]:
+            per_gpu = rule.pop("once_per_gpu", None)
+            if per_gpu:
+                keep = tuple(per_gpu) if isinstance(per_gpu, list) else ()
+                rule["expr"] = once_per_gpu(rule["expr"], keep)
             rule["expr"] = select_job(rule["expr"], cfg["job"])
             if "alert" in rule:
                 url = f"{cfg['runbook_url_base']}/{rule['alert']}.md"

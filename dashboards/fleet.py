@@ -25,6 +25,12 @@ G = GPU_SELECTOR
 GPU_LEGEND = f"{HOST} GPU {{{{gpu}}}}"
 INSTANCE_LEGEND = f"{HOST} GPU {{{{gpu}}}} {{{{GPU_I_PROFILE}}}} {{{{GPU_I_ID}}}}"
 RULES_NOTE = " From the recording rules in alerts/gpu-recording.rules.yaml."
+MIG_NOTE = " A MIG-enabled GPU shows once: its instances repeat the GPU's value."
+
+
+def _per_gpu(expr: str) -> str:
+    """One series per physical GPU: a MIG GPU's device-level fields repeat per instance."""
+    return f"max by (Hostname, hostname, gpu, UUID) ({expr})"
 
 
 def _node(record: str) -> str:
@@ -217,21 +223,21 @@ def build() -> dict[str, Any]:
         ),
         timeseries(
             "Temperature",
-            "GPU die temperature.",
-            [target(f"DCGM_FI_DEV_GPU_TEMP{{{G}}}", GPU_LEGEND)],
+            "GPU die temperature." + MIG_NOTE,
+            [target(_per_gpu(f"DCGM_FI_DEV_GPU_TEMP{{{G}}}"), GPU_LEGEND)],
             "celsius",
             minimum=None,
         ),
         timeseries(
             "Power draw",
-            "Power draw of each GPU.",
-            [target(f"DCGM_FI_DEV_POWER_USAGE{{{G}}}", GPU_LEGEND)],
+            "Power draw of each GPU." + MIG_NOTE,
+            [target(_per_gpu(f"DCGM_FI_DEV_POWER_USAGE{{{G}}}"), GPU_LEGEND)],
             "watt",
         ),
         timeseries(
             "SM clock",
-            "Streaming multiprocessor clock of each GPU.",
-            [target(f"DCGM_FI_DEV_SM_CLOCK{{{G}}} * 1000000", GPU_LEGEND)],
+            "Streaming multiprocessor clock of each GPU." + MIG_NOTE,
+            [target(_per_gpu(f"DCGM_FI_DEV_SM_CLOCK{{{G}}}") + " * 1000000", GPU_LEGEND)],
             "hertz",
         ),
         timeseries(

@@ -127,12 +127,12 @@ def build() -> dict[str, Any]:
             "rate interval, from the volatile counters.",
             [
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} single-bit",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} double-bit",
                 ),
@@ -201,22 +201,22 @@ def build() -> dict[str, Any]:
             "counters (nanoseconds throttled).",
             [
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(rate(DCGM_FI_DEV_THERMAL_VIOLATION{{{G}}}[$__rate_interval])) / 1e9",
                     f"{GPU_LEGEND} thermal",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(rate(DCGM_FI_DEV_POWER_VIOLATION{{{G}}}[$__rate_interval])) / 1e9",
                     f"{GPU_LEGEND} power",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(rate(DCGM_FI_DEV_BOARD_LIMIT_VIOLATION{{{G}}}[$__rate_interval])) / 1e9",
                     f"{GPU_LEGEND} board limit",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(rate(DCGM_FI_DEV_RELIABILITY_VIOLATION{{{G}}}[$__rate_interval])) / 1e9",
                     f"{GPU_LEGEND} reliability",
                 ),
@@ -244,7 +244,7 @@ def build() -> dict[str, Any]:
             "is DCGM's warning level.",
             [
                 target(
-                    f"sum by ({BY_GPU}) "
+                    f"max by ({BY_GPU}) "
                     f"(rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{G}}}[$__rate_interval])) * 60",
                     GPU_LEGEND,
                 )
@@ -257,22 +257,22 @@ def build() -> dict[str, Any]:
             "errors matter from 100/s; any replay or recovery error counts.",
             [
                 target(
-                    f"sum by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
+                    f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
                     f"{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} CRC flit",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"
+                    f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"
                     f"{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} CRC data",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
+                    f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"
                     f"{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} replay",
                 ),
                 target(
-                    f"sum by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
+                    f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
                     f"{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} recovery",
                 ),
@@ -316,7 +316,9 @@ def build() -> dict[str, Any]:
         "gpu-exporter-health",
         "GPU / Health",
         "GPU hardware health: XIDs, ECC and memory repair, throttling and temperatures "
-        "against the GPUs' own limits, PCIe and NVLink errors, and the exporter itself.",
+        "against the GPUs' own limits, PCIe and NVLink errors, and the exporter itself. "
+        "Each GPU shows once: the per-instance copies of a MIG GPU's device-level fields "
+        "are taken with max, never summed.",
         gpu_variables(),
         items,
     )

@@ -78,3 +78,37 @@ def test_the_default_runbooks_are_this_repositorys():
     dockerfile = (REPO / "Dockerfile").read_text()
     (source,) = re.findall(r'org\.opencontainers\.image\.source="([^"]+)"', dockerfile)
     assert gen.load_config()["runbook_url_base"] == f"{source}/blob/main/docs/runbooks"
+
+
+def test_once_per_gpu_splits_whole_gpus_from_mig_copies():
+    out = gen.once_per_gpu("increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0")
+    whole, mig = out.split("\nor\n")
+    assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{GPU_I_ID=""}[10m]' in whole
+    assert mig.startswith(f"max by ({gen.GPU_LABELS}) (")
+    assert 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{GPU_I_ID!=""}[10m]' in mig
+    assert "pod" not in mig and "GPU_I_PROFILE" not in mig
+    kept = gen.once_per_gpu('label_replace(DCGM_FI_DEV_X{a="b"}, "t", "v", "", "")', ("t",))
+    assert f"max by ({gen.GPU_LABELS}, t) (" in kept
+    assert 'DCGM_FI_DEV_X{GPU_I_ID!="", a="b"}' in kept
+
+
+def _device_level() -> set[str]:
+    from exporter.nvml.fields import FIELDS, Scope
+
+    return {name for name, field in FIELDS.items() if field.scope == Scope.DEVICE}
+
+
+def test_every_alert_on_a_device_level_field_fires_once_per_gpu():
+    """An alert reading a device-level field is marked once_per_gpu, or reads whole GPUs only.
+
+    On a MIG GPU under -d f such a field repeats per GPU instance: unmarked, the alert
+    would fire once per instance.
+    """
+    device = _device_level()
+    src = yaml.safe_load((ALERTS / "src" / "gpu-alerts.rules.yaml").read_text())["groups"]
+    unmarked = []
+    for rule in (r for g in src for r in g["rules"] if "alert" in r and "once_per_gpu" not in r):
+        for m in OWN.finditer(rule["expr"]):
+            if m.group(1) in device and 'GPU_I_ID=""' not in (m.group(2) or ""):
+                unmarked.append((rule["alert"], m.group(0)))
+    assert unmarked == []

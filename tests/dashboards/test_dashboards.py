@@ -234,3 +234,47 @@ def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None
     for expr in exprs:
         for m in OWN_SERIES.finditer(expr):
             assert m.group(2) and f'job=~"{job}"' in m.group(2), (m.group(0), expr)
+
+
+# sum/count/avg applied straight to a series (or its rate): over a MIG GPU's per-instance
+# copies of a device-level field (-d f) it would count the GPU once per instance.
+AGGREGATED = re.compile(
+    r"\b(?:sum|count|avg)(?:\s+by\s*\([^)]*\))?\s*\(\s*(?:(?:rate|irate|increase)\(\s*)?"
+    r"(DCGM_FI_DEV_\w+)(\{[^}]*\})?"
+)
+
+
+def _device_level() -> set[str]:
+    from exporter.nvml.fields import FIELDS, Scope
+
+    return {name for name, field in FIELDS.items() if field.scope == Scope.DEVICE}
+
+
+def _summed_device_fields(expr: str, device: set[str]) -> list[str]:
+    """Device-level fields aggregated without first taking one series per GPU."""
+    return [
+        m.group(0)
+        for m in AGGREGATED.finditer(expr)
+        if m.group(1) in device and 'GPU_I_ID=""' not in (m.group(2) or "")
+    ]
+
+
+def test_summed_device_fields_are_caught() -> None:
+    device = _device_level()
+    assert "DCGM_FI_DEV_POWER_USAGE" in device and "DCGM_FI_DEV_FB_USED" not in device
+    assert _summed_device_fields("sum by (node) (DCGM_FI_DEV_POWER_USAGE)", device)
+    assert _summed_device_fields("count(rate(DCGM_FI_DEV_PCIE_REPLAY_COUNTER[5m]))", device)
+    assert not _summed_device_fields("sum(max by (UUID) (DCGM_FI_DEV_POWER_USAGE))", device)
+    assert not _summed_device_fields('sum(DCGM_FI_DEV_GPU_UTIL{GPU_I_ID=""})', device)
+    assert not _summed_device_fields("sum(DCGM_FI_DEV_FB_USED)", device)
+
+
+def test_device_fields_count_each_gpu_once() -> None:
+    """Dashboards and recording rules take a MIG GPU's per-instance copies once (max by)."""
+    device = _device_level()
+    rules = yaml.safe_load((REPO / "alerts/gpu-recording.rules.yaml").read_text())["groups"]
+    exprs = [(r["record"], r["expr"]) for group in rules for r in group["rules"]]
+    for path in FILES:
+        exprs += [(f"{path.name}: {title}", expr) for title, expr in _queries(_load(path))]
+    found = {where: bad for where, expr in exprs if (bad := _summed_device_fields(expr, device))}
+    assert found == {}

@@ -3,11 +3,12 @@ routing, a healthy node raises nothing, and every dashboard query has data.
 
 Two exporters (``--simulate``, each with ``-k`` against its own fake kubelet) play two
 nodes of one cluster: tests/fixtures/fleets/alerting-faulty.yaml (an XID 79 and the GPU
-lost, double-bit ECC errors, two overheating GPUs, a GPU at its power and memory limits,
-application XIDs, an idle allocation) and alerting-healthy.yaml (the same GPUs and pods,
-no faults). One real Prometheus scrapes both with the rule files of alerts/ and sends to
-one real Alertmanager configured with alerts/alertmanager.yaml, which delivers to a
-webhook served by this process. What must arrive is tests/fixtures/alerting/expected.yaml.
+lost, double-bit ECC errors, three overheating GPUs, one of them in MIG mode, a GPU at
+its power and memory limits, application XIDs, an idle allocation) and
+alerting-healthy.yaml (the same GPUs and pods, no faults). One real Prometheus scrapes
+both with the rule files of alerts/ and sends to one real Alertmanager configured with
+alerts/alertmanager.yaml, which delivers to a webhook served by this process. What must
+arrive is tests/fixtures/alerting/expected.yaml.
 
 Prometheus and Alertmanager load copies of the shipped files, changed only where a test
 cannot wait:
