@@ -37,6 +37,7 @@ class Holder:
     owner: Owner
     pod_uid: str = ""
     labels: tuple[tuple[str, str], ...] = ()  # (label name, value), already sanitized
+    vgpu: str = ""  # --kubernetes-virtual-gpus: its replica IDs of a shared device, comma-separated
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +133,11 @@ class Attribution:
         hold (in the kubelet's order); empty without the flag."""
         return self._sharers
 
-    def _holder(self, o: Owner) -> Holder:
+    def _holder(self, o: Owner, vgpu: str = "") -> Holder:
         info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
         uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
         labels = tuple(info.labels.items()) if info is not None else ()  # as copied
-        return Holder(o, uid, labels)
+        return Holder(o, uid, labels, vgpu)
 
     def _build_holders(
         self, pm: PodMap
@@ -146,7 +147,8 @@ class Attribution:
             if len(owners) == 1:
                 one[key] = self._holder(owners[0])
             elif self.cfg.virtual_gpus:
-                several[key] = tuple(self._holder(o) for o in owners)
+                reps = pm.replicas.get(key, {})
+                several[key] = tuple(self._holder(o, ",".join(reps.get(o, ()))) for o in owners)
         return MappingProxyType(one), MappingProxyType(several)
 
     def splits(self, snap: Snapshot) -> list[Split]:

@@ -128,11 +128,18 @@ def test_mps_holder_running_nothing_reads_zero(virtual):
     assert {"mps-a", "mps-b"} <= temp
 
 
-def test_copies_carry_pod_uid_and_series_stay_unique(virtual):
+def test_copies_carry_pod_uid_vgpu_and_series_stay_unique(virtual):
     text, pods = virtual
     uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
-    for s in find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="1"):
+    power = find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="1")
+    for s in power:
         assert s.labels["pod_uid"] == uids[s.labels["pod"]]
+    # the replica IDs each pod holds (GPU-...::N); batch-c holds two, in one copy
+    assert {s.labels["pod"]: s.labels["vgpu"] for s in power} == {
+        "batch-a": "0",
+        "batch-b": "1",
+        "batch-c": "2,3",
+    }
     keys = Counter((s.name, tuple(sorted(s.labels.items()))) for s in samples(text))
     assert [k for k, n in keys.items() if n > 1] == []
 
@@ -141,6 +148,7 @@ def test_unshared_gpus_are_unchanged(virtual):
     text, _ = virtual
     whole = find(text, "DCGM_FI_DEV_GPU_UTIL", gpu="0")
     assert [(s.labels["pod"], s.labels["container"]) for s in whole] == [("train-0", "trainer")]
+    assert "vgpu" not in whole[0].labels
 
 
 def test_off_by_default_shared_gpu_has_no_pod_series(tmp_path):

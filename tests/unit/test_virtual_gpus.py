@@ -57,16 +57,19 @@ def pick(got, name, gpu_index, **labels):
 def test_device_values_repeat_per_holder_and_per_process_fields_split():
     s, g0, g1, m3 = shared_node()
     holders = {g1.key: Holder(A, "uid-a")}
-    sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b")), m3.key: (Holder(A), Holder(B))}
+    sharers = {
+        g0.key: (Holder(A, "uid-a", vgpu="0"), Holder(B, "uid-b", vgpu="1,2")),
+        m3.key: (Holder(A), Holder(B)),
+    }
     splits = [
         Split(g0, fb={A: 20.0, B: 0.0, UNATTRIBUTED: 10.0}, sm={A: 55.0, B: 0.0}),
         Split(m3, fb={A: 7.0, B: 0.0}),
     ]
     got = render(s, holders, splits, sharers)
     power = pick(got, "DCGM_FI_DEV_POWER_USAGE", "0")
-    assert {(x.labels["pod"], x.labels["pod_uid"], x.value) for x in power} == {
-        ("a", "uid-a", 300.5),
-        ("b", "uid-b", 300.5),
+    assert {(x.labels["pod"], x.labels["pod_uid"], x.labels["vgpu"], x.value) for x in power} == {
+        ("a", "uid-a", "0", 300.5),
+        ("b", "uid-b", "1,2", 300.5),
     }
     util = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_GPU_UTIL", "0")}
     assert util == {None: 90, "a": 55.0, "b": 0.0}
