@@ -8,6 +8,7 @@ MPS GPU. Queries are the ones a dcgm-exporter user writes, by ``pod``.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -15,11 +16,12 @@ import pytest
 
 from exporter.sim import load_fleet
 from exporter.sim.fleet import DEFAULT_FLEET
+from tests.e2e.test_exposition import ALLOWED_LINT
 from tests.exposition import find, samples
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.kube.test_timeslice_e2e import yaml_docs
-from tests.procs import Exporter
+from tests.procs import Exporter, require
 
 FIX = Path(__file__).parents[1] / "fixtures" / "timeslice"
 BATCH = {"batch-a", "batch-b", "batch-c"}
@@ -64,8 +66,9 @@ def start(tmp_path: Path, *flags: str):
     return exp, pods, stop
 
 
-@pytest.fixture
-def virtual(tmp_path):
+@pytest.fixture(scope="module")
+def virtual(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("virtual")
     exp, pods, stop = start(tmp_path, "--kubernetes-virtual-gpus", "--kubernetes-enable-pod-uid")
     try:
         text = exp.wait_metrics(
@@ -160,3 +163,13 @@ def test_off_by_default_shared_gpu_has_no_pod_series(tmp_path):
         assert len(find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="1")) == 1
     finally:
         stop()
+
+
+def test_promtool_accepts_the_copies(virtual):
+    text, _ = virtual
+    promtool = require("promtool", "prometheus")
+    p = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    problems = [line for line in (p.stdout + p.stderr).splitlines() if line.strip()]
+    assert [line for line in problems if not any(a in line for a in ALLOWED_LINT)] == []
