@@ -31,6 +31,8 @@ DRA_DRIVER = "gpu.nvidia.com"
 MAX_BACKOFF_S = 60.0
 GRACE_S = 30.0  # a kubelet restart removes its socket for a moment: keep labels that long
 LOGGED_MAX = 1024  # unmatched IDs remembered as logged; MIG churn makes new ones forever
+REPLICAS_MAX = 16  # replica IDs kept per container and device (the vgpu label lists them)
+REPLICA_CHARS = 32  # a longer replica ID is not kept (NVIDIA and GKE use small numbers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +281,9 @@ def _note_replica(
     if "::" not in device_id and "/vgpu" not in device_id:
         return
     ref = ids.parse(device_id)
-    if ref is not None and ref.replica:
+    if ref is not None and ref.replica and len(ref.replica) <= REPLICA_CHARS:
         got = replicas.setdefault(key, {}).setdefault(owner, [])
-        if ref.replica not in got:
+        if ref.replica not in got and len(got) < REPLICAS_MAX:
             got.append(ref.replica)
 
 

@@ -1,13 +1,15 @@
-"""--kubernetes-virtual-gpus in the exposition, on hand-made snapshots, holders and splits."""
+"""--kubernetes-virtual-gpus: exposition on hand-made snapshots, holders and splits; replica IDs."""
 
 from __future__ import annotations
 
 from collections import Counter
+from types import SimpleNamespace
 
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.kube.attribution import Holder
-from exporter.kube.mapper import Owner
+from exporter.kube.ids import Resolver
+from exporter.kube.mapper import REPLICAS_MAX, Mapper, Owner
 from exporter.kube.sharing import UNATTRIBUTED, Split
 from tests.exposition import samples
 from tests.unit.test_exposition import CATALOG, gpu, mig, snap
@@ -101,3 +103,40 @@ def test_off_keeps_one_unlabelled_series_per_shared_gpu():
     got = render(s, {}, splits, None)
     assert [x.labels.get("pod") for x in pick(got, "DCGM_FI_DEV_POWER_USAGE", "0")] == [None]
     assert [x.labels.get("pod") for x in pick(got, "DCGM_FI_DEV_GPU_UTIL", "0")] == [None]
+
+
+def kubelet_answer(*containers):
+    """A pod-resources List answer: (pod, container, device IDs) per container."""
+    pods = [
+        SimpleNamespace(
+            namespace="batch",
+            name=pod,
+            containers=[
+                SimpleNamespace(
+                    name=name,
+                    devices=[SimpleNamespace(resource_name="nvidia.com/gpu", device_ids=ids)],
+                    dynamic_resources=[],
+                )
+            ],
+        )
+        for pod, name, ids in containers
+    ]
+    return SimpleNamespace(pod_resources=pods)
+
+
+def test_replica_ids_are_kept_per_container_and_bounded():
+    g = gpu(0, uuid="GPU-0123abcd-0000")
+    many = [f"{g.uuid}::{i}" for i in range(40)]
+    resp = kubelet_answer(
+        ("a", "worker", [f"{g.uuid}::0"]),
+        ("b", "worker", [f"{g.uuid}::1", f"{g.uuid}::2", f"{g.uuid}::1"]),
+        ("c", "worker", many),
+        ("d", "worker", [f"{g.uuid}::{'9' * 40}"]),  # too long to be a replica number
+    )
+    pm = Mapper(client=None).build(resp, Resolver([g], []))
+    reps = pm.replicas[g.key]
+    assert reps[Owner("batch", "a", "worker")] == ("0",)
+    assert reps[Owner("batch", "b", "worker")] == ("1", "2")
+    assert len(reps[Owner("batch", "c", "worker")]) == REPLICAS_MAX
+    assert Owner("batch", "d", "worker") not in reps
+    assert len(pm.owners[g.key]) == 4
