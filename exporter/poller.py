@@ -175,7 +175,9 @@ class Poller:
         else:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
-            sm.series = self.builder.dcgm(snap, self.catalog, attr.holders(), attr.splits(snap))
+            sm.series = self.builder.dcgm(
+                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
+            )
         self._publish_self()
 
     def _publish_self(self) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import gzip
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
-from exporter.exposition import dcgm, pods, text
+from exporter.exposition import dcgm, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import targets, unmatched
@@ -86,12 +86,16 @@ class Builder:
         catalog: Catalog,
         holders: Mapping[str, Holder] | None = None,
         splits: Iterable[Split] = (),
+        sharers: Mapping[str, Sequence[Holder]] | None = None,
     ) -> int:
         """Rebuild the DCGM part from ``snap``; returns its number of series.
 
         ``holders`` maps a device key to the one container holding it (pod
         labels); ``splits`` are per-container shares of devices held by several.
+        ``sharers`` (only with --kubernetes-virtual-gpus) maps a device held by
+        several containers to them: its series are then repeated per holder.
         """
+        splits = list(splits)
         xids = self.xids.update(snap, holders)
         devices = [*snap.gpus, *snap.down, *snap.entities]
         self.device_text.keep([*devices, *(s.device for s in xids)])
@@ -103,7 +107,10 @@ class Builder:
             series_labels[d.key] = f"{own},{more}" if more else own
         tg = targets(snap, self.selection)
         self._warn_unmatched(snap)
-        device_rows, instance_rows = dcgm.rows(series_labels, tg)
+        virt = None
+        if sharers:
+            virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
+        device_rows, instance_rows = dcgm.rows(series_labels, tg, virt.copies if virt else None)
         fr = dcgm.Frame(
             snap,
             series_labels,
@@ -114,6 +121,7 @@ class Builder:
             self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
             device_rows,
             instance_rows,
+            virt,
         )
         body, n = dcgm.render(catalog, fr)
         shared, m = pods.shared_families(splits, self.device_text)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from exporter.catalog import Catalog, MetricSpec
 from exporter.exposition import text
 from exporter.exposition.targets import Targets
+from exporter.exposition.virtual import Virtual
 from exporter.exposition.xid import XidSeries
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
@@ -50,19 +51,36 @@ class Frame:
     # (label text, key of the values) per series of device-level and instance-level fields
     device_rows: Sequence[Row] = ()
     instance_rows: Sequence[Row] = ()
+    virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
         return self.series_labels[dev.key]
 
+    def each(self, dev: Device) -> tuple[str, ...]:
+        """The label text of each of a device's series: one per holder of a shared device
+        under --kubernetes-virtual-gpus, else just :meth:`labels`."""
+        got = self.virtual.copies.get(dev.key) if self.virtual is not None else None
+        return got or (self.series_labels[dev.key],)
+
 
 Family = Callable[[MetricSpec, Frame], list[str]]
 
 
-def rows(series_labels: Mapping[str, str], targets: Targets) -> tuple[list[Row], list[Row]]:
-    """(device rows, instance rows) of this cycle's series devices, joined once per cycle."""
-    dev = [(series_labels[d.key], key) for d, key in targets.device]
-    inst = [(series_labels[d.key], d.key) for d in targets.instance]
+def rows(
+    series_labels: Mapping[str, str],
+    targets: Targets,
+    copies: Mapping[str, tuple[str, ...]] | None = None,
+) -> tuple[list[Row], list[Row]]:
+    """(device rows, instance rows) of this cycle's series devices, joined once per cycle;
+    a device in ``copies`` (label text per holder) gets one row per copy."""
+    copies = copies or {}
+
+    def each(d: Device) -> tuple[str, ...]:
+        return copies.get(d.key) or (series_labels[d.key],)
+
+    dev = [(labels, key) for d, key in targets.device for labels in each(d)]
+    inst = [(labels, d.key) for d in targets.instance for labels in each(d)]
     return dev, inst
 
 
@@ -80,6 +98,30 @@ def values(spec: MetricSpec, fr: Frame) -> list[str]:
     return out
 
 
+def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
+    """GPU_UTIL and FB_USED: as :func:`values`; under --kubernetes-virtual-gpus a shared
+    device keeps its series without pod labels and adds one per holder, valued from
+    that holder's processes (dcgm-exporter's per-process split)."""
+    v = fr.virtual
+    if v is None:
+        return values(spec, fr)
+    shares = v.shares.get(spec.field.name, {})
+    if spec.field.scope is Scope.DEVICE:
+        series: Sequence[tuple[Device, str]] = fr.targets.device
+    else:
+        series = [(d, d.key) for d in fr.targets.instance]
+    name, num, field = spec.name, text.num, spec.field.name
+    out = []
+    for dev, key in series:
+        got = fr.snap.values.get(key)
+        value = got.get(field) if got is not None else None
+        if value is None:
+            continue
+        out.append(f"{name}{{{fr.series_labels[dev.key]}}} {num(value)}\n")
+        out.extend(f"{name}{{{labels}}} {num(x)}\n" for labels, x in shares.get(dev.key, ()))
+    return out
+
+
 def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0 for none), sticky like dcgm-exporter."""
     last = dict(fr.snap.xid.last)
@@ -87,7 +129,7 @@ def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
     for dev, gpu in fr.targets.device:
         x = last.get(gpu, 0)
         more = text.join((("err_code", str(x)), ("err_msg", describe(x))))
-        out.append(text.sample(spec.name, f"{fr.labels(dev)},{more}", str(x)))
+        out.extend(text.sample(spec.name, f"{w},{more}", str(x)) for w in fr.each(dev))
     return out
 
 
@@ -115,10 +157,9 @@ def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: s
     window = f'window_size_in_ms="{counts.window_ms}"'
     out = []
     for dev, gpu in fr.targets.device:
-        where = fr.labels(dev)
         for value, n in by_gpu.get(gpu, ()):
             more = f"{text.join(((label, value),))},{window}" if value is not None else window
-            out.append(text.sample(spec.name, f"{where},{more}", str(n)))
+            out.extend(text.sample(spec.name, f"{w},{more}", str(n)) for w in fr.each(dev))
     return out
 
 
@@ -136,8 +177,8 @@ def health(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail."""
     got = fr.derived.health
     out = []
-    where = [(fr.labels(dev), gpu) for dev, gpu in fr.targets.device]
-    where += [(fr.labels(d), d.key) for d in fr.targets.down]
+    where = [(w, gpu) for dev, gpu in fr.targets.device for w in fr.each(dev)]
+    where += [(w, d.key) for d in fr.targets.down for w in fr.each(d)]
     for labels, gpu in where:
         for s in got.get(gpu, ()):
             more = text.join((("health_watch", s.watch), ("health_error_code", s.error_code)))
@@ -150,10 +191,9 @@ def p2p(spec: MetricSpec, fr: Frame) -> list[str]:
     got = fr.snap.p2p
     out = []
     for dev, gpu in fr.targets.device:
-        where = fr.labels(dev)
         for s in got.get(gpu, ()):
             more = text.join((("peer_gpu", str(s.peer_gpu)), ("link_status", s.link_status)))
-            out.append(text.sample(spec.name, f"{where},{more}", str(s.value)))
+            out.extend(text.sample(spec.name, f"{w},{more}", str(s.value)) for w in fr.each(dev))
     return out
 
 
@@ -162,6 +202,8 @@ BY_NAME: dict[str, Family] = {
     "DCGM_EXP_XID_ERRORS_COUNT": xid_window,
     "DCGM_EXP_CLOCK_EVENTS_COUNT": clock_events,
     "DCGM_EXP_GPU_HEALTH_STATUS": health,
+    "DCGM_FI_DEV_GPU_UTIL": per_process,
+    "DCGM_FI_DEV_FB_USED": per_process,
 }
 
 

@@ -33,6 +33,8 @@ def holder_pairs(h: Holder) -> list[tuple[str, str]]:
     pairs = [("pod", o.pod), ("namespace", o.namespace), ("container", o.container)]
     if h.pod_uid:
         pairs.append(("pod_uid", h.pod_uid))
+    if h.vgpu:
+        pairs.append(("vgpu", h.vgpu))
     if o.claim:
         pairs += [("claim_name", o.claim), ("claim_namespace", o.claim_namespace)]
     pairs.extend(h.labels)

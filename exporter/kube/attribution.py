@@ -37,6 +37,7 @@ class Holder:
     owner: Owner
     pod_uid: str = ""
     labels: tuple[tuple[str, str], ...] = ()  # (label name, value), already sanitized
+    vgpu: str = ""  # --kubernetes-virtual-gpus: its replica IDs of a shared device, comma-separated
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,7 @@ class Attribution:
         self.watcher = watcher
         self._watcher_failed = ""
         self._holders: Mapping[str, Holder] = MappingProxyType({})
+        self._sharers: Mapping[str, tuple[Holder, ...]] = MappingProxyType({})
         self._containers: dict[int, ContainerRef | None] = {}  # host PID -> container
         self.duration = 0.0
         self._warn = RateLimitedLog(log)
@@ -116,7 +118,7 @@ class Attribution:
         pm = self.mapper.map
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
-        self._holders = self._build_holders(pm)
+        self._holders, self._sharers = self._build_holders(pm)
 
     def shared_keys(self) -> frozenset[str]:
         """Devices held by several containers: the collector reads their processes."""
@@ -126,17 +128,28 @@ class Attribution:
         """The container holding each device that exactly one container holds."""
         return self._holders
 
-    def _build_holders(self, pm: PodMap) -> Mapping[str, Holder]:
-        out = {}
+    def sharers(self) -> Mapping[str, tuple[Holder, ...]]:
+        """With --kubernetes-virtual-gpus, the containers holding each device that several
+        hold (in the kubelet's order); empty without the flag."""
+        return self._sharers
+
+    def _holder(self, o: Owner, vgpu: str = "") -> Holder:
+        info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
+        uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
+        labels = tuple(info.labels.items()) if info is not None else ()  # as copied
+        return Holder(o, uid, labels, vgpu)
+
+    def _build_holders(
+        self, pm: PodMap
+    ) -> tuple[Mapping[str, Holder], Mapping[str, tuple[Holder, ...]]]:
+        one, several = {}, {}
         for key, owners in pm.owners.items():
-            if len(owners) != 1:
-                continue
-            o = owners[0]
-            info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
-            uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
-            labels = tuple(info.labels.items()) if info is not None else ()  # as copied
-            out[key] = Holder(o, uid, labels)
-        return MappingProxyType(out)
+            if len(owners) == 1:
+                one[key] = self._holder(owners[0])
+            elif self.cfg.virtual_gpus:
+                reps = pm.replicas.get(key, {})
+                several[key] = tuple(self._holder(o, ",".join(reps.get(o, ()))) for o in owners)
+        return MappingProxyType(one), MappingProxyType(several)
 
     def splits(self, snap: Snapshot) -> list[Split]:
         """Per-container shares of the shared devices of ``snap`` (PIDs joined to pods here)."""

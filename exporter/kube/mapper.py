@@ -31,6 +31,8 @@ DRA_DRIVER = "gpu.nvidia.com"
 MAX_BACKOFF_S = 60.0
 GRACE_S = 30.0  # a kubelet restart removes its socket for a moment: keep labels that long
 LOGGED_MAX = 1024  # unmatched IDs remembered as logged; MIG churn makes new ones forever
+REPLICAS_MAX = 16  # replica IDs kept per container and device (the vgpu label lists them)
+REPLICA_CHARS = 32  # a longer replica ID is not kept (NVIDIA and GKE use small numbers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,10 @@ class PodMap:
     """Owners of each device key; immutable, replaced whole on each refresh."""
 
     owners: Mapping[str, tuple[Owner, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # device key -> owner -> its replica IDs (``::N``, ``/vgpuN``) of that device, where given
+    replicas: Mapping[str, Mapping[Owner, tuple[str, ...]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
     @property
     def shared(self) -> frozenset[str]:
@@ -149,6 +155,7 @@ class Mapper:
     def build(self, resp: Any, resolver: ids.Resolver) -> PodMap:
         """The map from one List answer (tests call it directly)."""
         owners: dict[str, list[Owner]] = {}
+        replicas: dict[str, dict[Owner, list[str]]] = {}
         budget = _ListBudget()
         for pod in self._bounded(resp.pod_resources, limits.MAX_KUBELET_PODS, "kubelet_pods"):
             for c in self._bounded(pod.containers, limits.MAX_CONTAINERS_PER_POD, "containers"):
@@ -164,9 +171,13 @@ class Mapper:
                             key = self._resolve(resolver, dev.resource_name, device_id)
                             if key is not None:
                                 owners.setdefault(key, []).append(owner)
+                                _note_replica(replicas, key, owner, device_id)
                 self._claims(pod, c, resolver, owners, budget)
         frozen = {k: tuple(dict.fromkeys(v)) for k, v in owners.items()}
-        return PodMap(MappingProxyType(frozen))
+        reps = {
+            k: MappingProxyType({o: tuple(r) for o, r in v.items()}) for k, v in replicas.items()
+        }
+        return PodMap(MappingProxyType(frozen), MappingProxyType(reps))
 
     def _bounded(self, items: Sequence[Any], bound: int, what: str) -> Sequence[Any]:
         if len(items) > bound:
@@ -261,6 +272,19 @@ class Mapper:
                 _short(name),
             )
         return None
+
+
+def _note_replica(
+    replicas: dict[str, dict[Owner, list[str]]], key: str, owner: Owner, device_id: str
+) -> None:
+    """Remember the replica ID of a shared device's ID (``GPU-...::2``, ``nvidia0/vgpu2``)."""
+    if "::" not in device_id and "/vgpu" not in device_id:
+        return
+    ref = ids.parse(device_id)
+    if ref is not None and ref.replica and len(ref.replica) <= REPLICA_CHARS:
+        got = replicas.setdefault(key, {}).setdefault(owner, [])
+        if ref.replica not in got and len(got) < REPLICAS_MAX:
+            got.append(ref.replica)
 
 
 def _short(text: str, n: int = 80) -> str:

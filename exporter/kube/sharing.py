@@ -1,7 +1,9 @@
 """Per-container shares of devices held by several containers (time-slicing, MPS).
 
 Device series of a shared GPU keep no pod labels (one value copied to every
-pod would be a lie). What can be split honestly is split: framebuffer used,
+pod would be a lie), unless ``--kubernetes-virtual-gpus`` asks for dcgm-exporter's
+copies (exposition/virtual.py, which also uses these shares). What can be
+split honestly is split: framebuffer used,
 from each process's memory, and SM utilization, from per-process samples,
 summed per container. Every container that holds the device gets a share, at
 0 when it runs nothing; memory of processes that cannot be joined to a holder
