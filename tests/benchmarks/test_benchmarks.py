@@ -130,3 +130,35 @@ def test_profile_charges_structure_access_to_whoever_touched_it():
     assert _owner([*ours, "spin (exporter/sim/latency.py:48)"]) == (
         "driver calls (modelled busy-wait)"
     )
+
+
+def test_quick_report_goes_outside_the_checkout(quick_run, tmp_path):
+    _, res = quick_run
+    raw = tmp_path / "results.json"
+    raw.write_text(json.dumps(res))
+    doc = ROOT / "docs" / "benchmarks.md"
+    before = doc.read_bytes()
+    argv = [sys.executable, "-m", "benchmarks", "--quick", "--from-json", str(raw)]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    written = Path(p.stdout.split("wrote ", 1)[1].split(" from ", 1)[0])
+    assert ROOT not in written.resolve().parents
+    assert "## Targets" in written.read_text()
+    assert doc.read_bytes() == before
+
+
+def test_memory_variants_block_is_kept_where_it_is(tmp_path):
+    doc = tmp_path / "b.md"
+    variants = "<!-- memory-variants:begin -->\n| variant | MiB |\n<!-- memory-variants:end -->"
+    doc.write_text(f"# Benchmarks\n\n{report.BEGIN}\n\nold\n\n{variants}\n\n{report.END}\n")
+    report.write(doc, "## New\n\nnumbers")
+    report.write(doc, "## Newer\n\nnumbers")
+    text = doc.read_text()
+    assert "old" not in text and "## New\n" not in text and "## Newer" in text
+    assert text.count(variants) == 1
+    outside = tmp_path / "c.md"
+    outside.write_text(f"# Benchmarks\n\n## Memory variants\n\n{variants}\n")
+    report.write(outside, "## Run\n\nnumbers")
+    report.write(outside, "## Run 2\n\nnumbers")
+    assert outside.read_text().count(variants) == 1
+    assert outside.read_text().endswith(f"{variants}\n")
