@@ -96,7 +96,7 @@ def scaling(quick: bool) -> list[FleetCase]:
     """The fleets of the growth study, smallest first."""
     if quick:
         return [whole_gpus(1), tiny_mig()]
-    return [whole_gpus(1), whole_gpus(8), mig56(), whole_gpus(16), whole_gpus(64)]
+    return [whole_gpus(1), whole_gpus(8), mig56(), whole_gpus(16), whole_gpus(32), whole_gpus(64)]
 
 
 def target(quick: bool) -> FleetCase:

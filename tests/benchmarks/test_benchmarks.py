@@ -45,6 +45,7 @@ def test_quick_run_writes_every_section_and_keeps_others(quick_run):
         "## Memory",
         "## Exposition",
         "## Growth",
+        "## Scale curve",
         "## Pods",
         "## Side by side: nvitop-exporter",
     ):
@@ -67,13 +68,16 @@ def test_quick_run_measures_what_the_issue_lists(quick_run):
     got = {(r["scrapers"], r["gzip"]) for r in proc["scrapes"]}
     assert got == {(n, gz) for n in (1, 10) for gz in (True, False)}
     assert all(r["bytes"] > 0 and r["requests"] > 0 for r in proc["scrapes"])
-    assert {(r["scrapers"], r["gzip"]) for r in proc["floor"]} == {(1, True), (10, True)}
+    assert {(r["scrapers"], r["gzip"]) for r in proc["floor"]} == got
+    assert all(r["p99_ratio"] > 0 and r["p50_ratio"] > 0 for r in proc["scrapes"])
     for run in (res["churn"], res["churn_pods"]):
         assert run["reconfigs"] > 0 and run["last_ok"] and run["skipped"] == 0
         assert len(run["samples"]) >= 2
     assert res["churn_pods"]["attributed"] > 0 and res["churn_pods"]["pods_replaced"] > 0
     (with_pods,) = res["pods"].values()
     assert with_pods["attributed"] > 0
+    assert set(res["scale_pods"]) == set(res["cycle"])
+    assert all(r["attributed"] > 0 and r["rss_mib"] > 0 for r in res["scale_pods"].values())
 
 
 def test_report_block_is_replaced_not_repeated(tmp_path):
