@@ -54,21 +54,32 @@ class LatencySpec:
         return us / 1e6
 
 
+def _chunk_seconds() -> float:
+    """How long one GIL-free chunk takes on this machine (the quickest of a few tries)."""
+    best = 1.0
+    for _ in range(5):
+        t0 = time.perf_counter()
+        zlib.crc32(_CHUNK)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+_CHUNK_S = _chunk_seconds()
+
+
 def spin(seconds: float) -> None:
     """Burn `seconds` of wall time on the CPU, with the GIL released for all but the tail.
 
-    The GIL is released in chunks of about 10 us; once less than the last chunk
-    took is left, the rest is a busy-wait on perf_counter (it holds the GIL
-    for at most about one chunk).
+    While more than one chunk's time is left the GIL is released in chunks of
+    about 10 us; the rest (all of a call shorter than a chunk) is a busy-wait
+    on perf_counter, which holds the GIL for at most about one chunk.
     """
     clock = time.perf_counter
     now = clock()
     end = now + seconds
-    last = 0.0
-    crc, chunk = zlib.crc32, _CHUNK
-    while end - now > last:
+    crc, chunk, step = zlib.crc32, _CHUNK, _CHUNK_S
+    while end - now > step:
         crc(chunk)
-        t = clock()
-        last, now = t - now, t
+        now = clock()
     while clock() < end:
         pass
