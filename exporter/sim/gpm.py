@@ -8,6 +8,7 @@ MIG instance has its own activity (from its processes / load).
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -139,15 +140,24 @@ def mig_sample_get(drv: SimDriver, gpu: GpuState, now: float, gi: Any, sample: A
     return OK
 
 
+# pynvml's structures convert bytes and str in Python-level __getattribute__ and
+# __setattr__ overrides; the driver reads ids and writes numbers and bytes, which need
+# no conversion, so it goes to ctypes' field descriptors directly (as C code would).
+_get = object.__getattribute__
+_set = object.__setattr__
+
+
 @calls.system("nvmlGpmMetricsGet")
 def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
     mg = out(metrics_ref)
-    if mg.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+    if _get(mg, "version") != pynvml.NVML_GPM_METRICS_GET_VERSION:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    if mg.numMetrics > len(mg.metrics):
+    metrics = _get(mg, "metrics")
+    count = _get(mg, "numMetrics")
+    if count > len(metrics):
         return INVALID_ARGUMENT
-    s1 = drv.gpm.samples.get(_key(mg.sample1))
-    s2 = drv.gpm.samples.get(_key(mg.sample2))
+    s1 = drv.gpm.samples.get(_key(_get(mg, "sample1")))
+    s2 = drv.gpm.samples.get(_key(_get(mg, "sample2")))
     if s1 is None or s2 is None or s1.device is None or s1.device is not s2.device:
         return INVALID_ARGUMENT
     dt = s2.t - s1.t
@@ -155,24 +165,29 @@ def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
         # Two samples of the same instant (or in the wrong order) give no rates.
         return INVALID_ARGUMENT
     util = min(100.0, max(0.0, (s2.util_s - s1.util_s) / dt))
-    for i in range(mg.numMetrics):
-        m = mg.metrics[i]
-        compute = _metric(m.metricId, s1)
+    for i in range(count):
+        m = metrics[i]
+        compute = _metric(_get(m, "metricId"), s1.links)
         if compute is None:
-            m.nvmlReturn = NOT_SUPPORTED
-            m.value = 0.0
+            _set(m, "nvmlReturn", NOT_SUPPORTED)
+            _set(m, "value", 0.0)
             continue
-        value_, info = compute(s1, s2, dt, util)
-        m.value = value_
-        m.nvmlReturn = OK
-        m.metricInfo.shortName, m.metricInfo.longName, m.metricInfo.unit = info
+        value_, (short, long, unit) = compute(s1, s2, dt, util)
+        _set(m, "value", value_)
+        _set(m, "nvmlReturn", OK)
+        info = _get(m, "metricInfo")
+        _set(info, "shortName", short)
+        _set(info, "longName", long)
+        _set(info, "unit", unit)
     return OK
 
 
 Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, bytes, bytes]]]
 
 
-def _metric(metric_id: int, s: Sample) -> Metric | None:
+@functools.cache
+def _metric(metric_id: int, links: int) -> Metric | None:
+    """How to compute a metric between two samples of a device with `links` NVLinks."""
     ratio = _RATIOS.get(metric_id)
     if ratio is not None:
         info = _INFO.get(metric_id, _PERCENT_INFO)
@@ -186,13 +201,13 @@ def _metric(metric_id: int, s: Sample) -> Metric | None:
         pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: lambda x: x.nvlink[1],
     }.get(metric_id)
     if rate is not None:
-        if metric_id >= pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC and not s.links:
+        if metric_id >= pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC and not links:
             return None
         return lambda a, b, dt, util: ((rate(b) - rate(a)) / dt / MiB, _INFO[metric_id])
     link, tx = divmod(metric_id - _FIRST_LINK_METRIC, 2)
-    if metric_id >= _FIRST_LINK_METRIC and link < min(_LINK_METRICS, s.links):
+    if metric_id >= _FIRST_LINK_METRIC and link < min(_LINK_METRICS, links):
         return lambda a, b, dt, util: (
-            (b.nvlink[tx] - a.nvlink[tx]) / dt / MiB / s.links,
+            (b.nvlink[tx] - a.nvlink[tx]) / dt / MiB / links,
             _LINK_INFO,
         )
     return None
