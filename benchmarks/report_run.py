@@ -16,7 +16,7 @@ def how_to_run(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
     add("```sh")
     minutes = max(1, round(res["seconds"] / 60)) if not res["quick"] else "about 10"
     add(f"python -m benchmarks           # everything: {minutes} minutes here; rewrites this file")
-    add("python -m benchmarks --quick   # seconds, tiny sizes (tests/benchmarks runs it)")
+    add("python -m benchmarks --quick   # seconds, tiny sizes; writes to the temp directory")
     add("```")
     add("")
     add(
@@ -52,7 +52,8 @@ def this_run(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
     add("")
     add(
         "Every number comes from the simulated NVML driver with its latency model on "
-        "(docs/simulator.md): each NVML call busy-waits its published cost, so CPU figures "
+        "(docs/simulator.md): each NVML call burns its published cost on the CPU, with the GIL "
+        "released as a ctypes call into the driver does, so CPU figures "
         "include what the driver calls would cost. The simulator is Python, and its own "
         "bookkeeping is CPU a real `libnvidia-ml.so` would not spend: it is measured separately "
         "(benchmarks/accounting.py) and shown as *sim*; *net* is the exporter's own CPU plus "
@@ -129,12 +130,12 @@ def cycle(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
     add(
         "*measured* is the process's CPU per cycle (uninstrumented pass); the split comes from "
         "a second pass with the simulated library instrumented: *sim* the simulator's bookkeeping "
-        "(library CPU less its busy-waits); *own* the CPU outside the simulated library: "
+        "(library CPU less its modelled calls); *own* the CPU outside the simulated library: "
         "gpu-exporter and pynvml collecting, plus *publish* (render, self-metrics, gzip); "
         "*driver* the latency model's cost of the calls made (published per-call costs); "
         "**net** = own + driver, what the cycle costs on a real node. "
         f"On {t}, with the library instrumented: own {_f(tc['own_ms'])} ms (publish "
-        f"{_f(tc['own_publish_ms'])}), simulator {_f(tc['sim_overhead_ms'])}, busy-waits "
+        f"{_f(tc['own_publish_ms'])}), simulator {_f(tc['sim_overhead_ms'])}, modelled calls "
         f"{_f(tc['spin_cpu_ms'])} (modelled {_f(tc['modelled_driver_ms'])}); net "
         f"{_f(_net(tc))} ms; net per batch of 10: "
         f"{', '.join(_f(v) for v in tc['net_batches_ms'])}. "
