@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -140,11 +141,21 @@ def mig_sample_get(drv: SimDriver, gpu: GpuState, now: float, gi: Any, sample: A
     return OK
 
 
-# pynvml's structures convert bytes and str in Python-level __getattribute__ and
-# __setattr__ overrides; the driver reads ids and writes numbers and bytes, which need
-# no conversion, so it goes to ctypes' field descriptors directly (as C code would).
+# The caller's c_nvmlGpmMetric_t entries are read and written as C code would, through
+# the array's buffer: metricId, nvmlReturn, value, then the three metricInfo strings as
+# pointers (to module-level bytes, alive for the process). pynvml's per-attribute
+# structure wrappers made this the simulator's largest cost per cycle.
+_HEAD = struct.Struct("@IId")
+_ENTRY = struct.Struct("@IId3P")
+assert _ENTRY.size == ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
 _get = object.__getattribute__
-_set = object.__setattr__
+
+
+@functools.cache
+def _pointers(info: tuple[bytes, bytes, bytes]) -> tuple[int, int, int]:
+    """Addresses of the info strings (the cache keeps them alive)."""
+    a, b, c = (ctypes.cast(ctypes.c_char_p(s), ctypes.c_void_p).value or 0 for s in info)
+    return a, b, c
 
 
 @calls.system("nvmlGpmMetricsGet")
@@ -165,20 +176,16 @@ def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
         # Two samples of the same instant (or in the wrong order) give no rates.
         return INVALID_ARGUMENT
     util = min(100.0, max(0.0, (s2.util_s - s1.util_s) / dt))
+    buf = memoryview(metrics).cast("B")
     for i in range(count):
-        m = metrics[i]
-        compute = _metric(_get(m, "metricId"), s1.links)
+        at = i * _ENTRY.size
+        (metric_id,) = struct.unpack_from("@I", buf, at)
+        compute = _metric(metric_id, s1.links)
         if compute is None:
-            _set(m, "nvmlReturn", NOT_SUPPORTED)
-            _set(m, "value", 0.0)
+            _HEAD.pack_into(buf, at, metric_id, NOT_SUPPORTED, 0.0)
             continue
-        value_, (short, long, unit) = compute(s1, s2, dt, util)
-        _set(m, "value", value_)
-        _set(m, "nvmlReturn", OK)
-        info = _get(m, "metricInfo")
-        _set(info, "shortName", short)
-        _set(info, "longName", long)
-        _set(info, "unit", unit)
+        value_, info = compute(s1, s2, dt, util)
+        _ENTRY.pack_into(buf, at, metric_id, OK, value_, *_pointers(info))
     return OK
 
 
