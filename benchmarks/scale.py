@@ -61,7 +61,8 @@ def section(res: dict[str, Any]) -> list[str]:
         "## Scale curve",
         "",
         "CPU per collection cycle and RSS per fleet (full runs: 1, 8, 16, 32 and 64 whole "
-        "H100s, and 8 H100s with 56 MIG instances), without pods and with `-k` and "
+        "H100s, the default fleet of 8 H100s with 11 MIG instances, and 8 H100s with 56 MIG "
+        "instances), without pods and with `-k` and "
         f"{n} pods (the stand-in kubelet, first pods "
         "holding one device each). *cycle CPU* is in-process (benchmarks/cycle.py; *net* = "
         "the exporter's own CPU + the modelled driver cost); *process CPU per 1 s cycle* is "

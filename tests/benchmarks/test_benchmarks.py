@@ -166,3 +166,18 @@ def test_memory_variants_block_is_kept_where_it_is(tmp_path):
     report.write(outside, "## Run 2\n\nnumbers")
     assert outside.read_text().count(variants) == 1
     assert outside.read_text().endswith(f"{variants}\n")
+
+
+def test_default_fleet_targets_when_measured(quick_run):
+    _, res = quick_run
+    t = res["target"]
+    res = {
+        **res,
+        "cycle": {**res["cycle"], "default": res["cycle"][t]},
+        "process": {**res["process"], "default": res["process"][t]},
+        "fleets": {**res["fleets"], "default": res["fleets"][t]},
+    }
+    rows = {name: ok for name, _, ok in report.targets(res, report.derived(res))}
+    cycle = res["cycle"]["default"]["net_ms"]
+    assert rows["CPU per collection cycle ≤ 8 ms, default fleet"] == (cycle <= 8)
+    assert "RSS ≤ 48 MiB, default fleet" in rows
