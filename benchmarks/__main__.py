@@ -1,7 +1,9 @@
 """python -m benchmarks [--quick] [--no-peer | --peer] [--out FILE] [--json FILE] [--from-json FILE]
 
-Runs the benchmark suite on the simulated NVML driver and writes
-docs/benchmarks.md (machine, command, numbers, targets). See that file.
+Runs the benchmark suite on the simulated NVML driver and writes its report
+(machine, command, numbers, targets). A full run updates docs/benchmarks.md;
+a --quick run (tiny sizes, not comparable) writes to a file in the temporary
+directory unless --out says otherwise, so it never changes the checkout.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from pathlib import Path
 
 from benchmarks import report, suite
 from benchmarks.procs import ROOT
+
+FULL_OUT = ROOT / "docs" / "benchmarks.md"
+QUICK_OUT = Path(tempfile.gettempdir()) / "gpu-exporter-bench" / "benchmarks-quick.md"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "docs" / "benchmarks.md",
-        help="report to write (default docs/benchmarks.md; its other sections are kept)",
+        help="report to write; its other sections are kept (default: docs/benchmarks.md, "
+        f"or {QUICK_OUT} with --quick)",
     )
     p.add_argument("--json", type=Path, help="also write the raw results here")
     p.add_argument(
@@ -44,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         help="measure nothing: rewrite the report from FILE",
     )
     args = p.parse_args(args_in)
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick else FULL_OUT
+        args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.from_json:
         res = json.loads(args.from_json.read_text())
         report.write(args.out, report.generated(res, res["command"]))

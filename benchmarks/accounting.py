@@ -1,18 +1,19 @@
 """How much of a collection cycle's CPU was the simulated driver, and how much the exporter.
 
-The simulated driver is Python. Each call costs (a) its modelled cost, a
-busy-wait standing for what the real driver call costs, and (b) the
-simulator's own bookkeeping, which a real ``libnvidia-ml.so`` does not do.
-Wrapping every function of the installed ``SimLibrary`` with a thread-CPU
-clock, and the busy-wait itself, separates the three parts of a cycle:
+The simulated driver is Python. Each call costs (a) its modelled cost, CPU
+burnt (with the GIL released, as ctypes does) for what the real driver call
+costs, and (b) the simulator's own bookkeeping, which a real
+``libnvidia-ml.so`` does not do. Wrapping every function of the installed
+``SimLibrary`` with a thread-CPU clock, and the modelled wait itself
+(``latency.spin``), separates the three parts of a cycle:
 
 - *own*: CPU outside the simulated library: the exporter, pynvml, rendering;
-- *sim*: the simulator's bookkeeping (library CPU less the busy-waits);
+- *sim*: the simulator's bookkeeping (library CPU less the modelled waits);
 - *modelled*: the latency model's cost of the calls made.
 
 *net* = own + modelled is what the cycle would cost on a real node with the
-published call costs. It does not depend on how much CPU the busy-waits got:
-they wait on the wall clock, so on a busy machine a preempted busy-wait burns
+published call costs. It does not depend on how much CPU the modelled waits
+got: they wait on the wall clock, so on a busy machine a preempted wait burns
 less CPU than it models, and a measured total reads low.
 
 Works in any process that installed the simulation: the gpu-exporter
@@ -40,8 +41,8 @@ BATCH = 10
 class Account:
     """Running totals over every wrapped call (seconds and counts)."""
 
-    cpu_s: float = 0.0  # thread CPU inside the simulated library, busy-waits included
-    spin_s: float = 0.0  # thread CPU in the busy-waits
+    cpu_s: float = 0.0  # thread CPU inside the simulated library, modelled waits included
+    spin_s: float = 0.0  # thread CPU in the modelled waits
     modelled_s: float = 0.0  # what the latency model says the calls cost
     calls: Counter[str] = field(default_factory=Counter)
     modelled_by_function: Counter[str] = field(default_factory=Counter)
@@ -164,7 +165,7 @@ def measure(one: Cycle, driver: Any, cycles: int) -> dict[str, Any]:
     with the lowest mean: other work on the machine only ever adds to it). The
     second instruments the simulated library and splits a cycle into own, sim and
     modelled; its batch is the one with the least own CPU, which, unlike the total,
-    does not read low when busy-waits are preempted.
+    does not read low when modelled waits are preempted.
     """
     plain = []
     for size in batch_sizes(cycles):

@@ -17,6 +17,7 @@ from exporter.sim import FLEETS_DIR
 
 H100 = "NVIDIA H100 80GB HBM3"
 MIG56 = Path(FLEETS_DIR) / "h100x8-mig56.yaml"
+DEFAULT = Path(FLEETS_DIR) / "default.yaml"
 
 # Two layouts of one H100 that MIG churn alternates between (7 and 4 instances).
 LAYOUT_SEVEN = [{"profile": "1g.10gb"}] * 7
@@ -73,6 +74,14 @@ def mig56() -> FleetCase:
     return FleetCase("8gpu-mig56", mapping, 8, 56)
 
 
+def default() -> FleetCase:
+    """The shipped default fleet (8x H100, MIG on two of them), latency model on."""
+    mapping = yaml.safe_load(DEFAULT.read_text())
+    mapping.setdefault("latency", {})["enabled"] = True
+    mig = sum(len(g.get("mig") or []) for g in mapping["gpus"])
+    return FleetCase("default", mapping, len(mapping["gpus"]), mig)
+
+
 def tiny_mig() -> FleetCase:
     """2x H100, one of them with two MIG instances: the --quick stand-in for mig56."""
     mapping = {
@@ -96,7 +105,15 @@ def scaling(quick: bool) -> list[FleetCase]:
     """The fleets of the growth study, smallest first."""
     if quick:
         return [whole_gpus(1), tiny_mig()]
-    return [whole_gpus(1), whole_gpus(8), mig56(), whole_gpus(16), whole_gpus(64)]
+    return [
+        whole_gpus(1),
+        whole_gpus(8),
+        default(),
+        mig56(),
+        whole_gpus(16),
+        whole_gpus(32),
+        whole_gpus(64),
+    ]
 
 
 def target(quick: bool) -> FleetCase:

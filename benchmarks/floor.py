@@ -1,12 +1,14 @@
 """The floor: the cheapest HTTP server Python can be, serving fixed bytes.
 
-    python -m benchmarks.floor BODY_FILE PORT [--gzip]
+    python -m benchmarks.floor PLAIN_FILE GZIP_FILE PORT
 
 An asyncio Protocol that answers every request on a keep-alive connection
-with the same pre-built response, parsing nothing but the blank line that ends
-a request. Scraped by the same client right after gpu-exporter, it shows how
-much of a scrape's latency this machine, its kernel and the client take
-whatever the server does: the part no exporter change can remove.
+with one of two pre-built responses (the gzip one when the request accepts
+gzip), parsing nothing but that header and the blank line that ends a
+request. Scraped by the same client in turn with gpu-exporter, the same
+bytes in the same run, it shows how much of a scrape's latency this machine,
+its kernel and the client take whatever the server does: the part no
+exporter change can remove.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from pathlib import Path
 
 
 class _Serve(asyncio.Protocol):
-    def __init__(self, response: bytes) -> None:
-        self.response = response
+    def __init__(self, plain: bytes, gzipped: bytes) -> None:
+        self.plain, self.gzipped = plain, gzipped
         self.buf = b""
         self.transport: asyncio.Transport | None = None
 
@@ -31,12 +33,14 @@ class _Serve(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.buf += data
         while b"\r\n\r\n" in self.buf:
-            _, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
             assert self.transport is not None
-            self.transport.write(self.response)
+            gz = b"gzip" in head.lower()
+            self.transport.write(self.gzipped if gz else self.plain)
 
 
 def response(body: bytes, gzip: bool) -> bytes:
+    """A complete HTTP/1.1 200 response carrying `body`."""
     head = (
         "HTTP/1.1 200 OK\r\n"
         "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
@@ -45,22 +49,23 @@ def response(body: bytes, gzip: bool) -> bytes:
     return head.encode() + body
 
 
-async def serve(body: bytes, port: int, gzip: bool) -> None:
+async def serve(plain: bytes, gzipped: bytes, port: int) -> None:
+    """Serve the two bodies on 127.0.0.1:port until cancelled."""
     loop = asyncio.get_running_loop()
-    resp = response(body, gzip)
-    server = await loop.create_server(lambda: _Serve(resp), "127.0.0.1", port)
+    resp = response(plain, False), response(gzipped, True)
+    server = await loop.create_server(lambda: _Serve(*resp), "127.0.0.1", port)
     async with server:
         await server.serve_forever()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.floor", description=__doc__)
-    p.add_argument("body", type=Path)
+    p.add_argument("plain", type=Path, help="the body served without Accept-Encoding: gzip")
+    p.add_argument("gzipped", type=Path, help="the gzip body served with it")
     p.add_argument("port", type=int)
-    p.add_argument("--gzip", action="store_true", help="label the body gzip-encoded")
     a = p.parse_args(argv)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(a.body.read_bytes(), a.port, a.gzip))
+        asyncio.run(serve(a.plain.read_bytes(), a.gzipped.read_bytes(), a.port))
     return 0
 
 

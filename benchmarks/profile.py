@@ -5,7 +5,7 @@
 1. Cycles: ``Collector.collect()`` + ``Poller.publish()`` back to back on the
    8x H100 node with 56 MIG instances (sim time moved 1 s per cycle), sampled
    by py-spy at 1 kHz. Each sample is charged to the innermost frame that
-   says whose work it is: the latency model's busy-wait (the modelled driver
+   says whose work it is: the latency model's wait (the modelled driver
    cost), the simulator, pynvml, or an exporter function. pynvml's structure
    accessors (``_PrintableStructure``) are charged to whoever touched the
    structure, since a real driver fills structures in C.

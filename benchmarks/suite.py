@@ -21,8 +21,9 @@ from typing import Any
 
 from benchmarks import churn, fleets, machine, peer, pods, procs
 from benchmarks.fleets import FleetCase
-from benchmarks.load import LoadResult, scrape_load
 from benchmarks.procs import ROOT, Process
+from benchmarks.scrapes import floor_server, paired
+from benchmarks.scrapes import scrapes as scrape_rows
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Sizes:
     cpu_window_s: float = 10.0  # CPU rate at a 1 s interval, target node
     scale_cpu_window_s: float = 5.0  # the same, other nodes
     cpu10_window_s: float = 30.0  # CPU rate at a 10 s interval (3 cycles); 0: skip
-    scrapers: tuple[int, ...] = (1, 10, 100)
+    scrapers: tuple[int, ...] = (1, 10, 50)
     requests: int = 1500  # per scrape configuration on the target node
     repeats: int = 3  # target node: each configuration this many times
     spread_s: float = 2.0  # each run's rounds spread over this long (1 s collection cycles)
@@ -106,22 +107,31 @@ def _children(*jobs: tuple[str, list[str]]) -> list[dict[str, Any]]:
 
 
 def measure_pods(
-    case: FleetCase, path: Path, n: int, work: Path, s: Sizes, log: Callable[[str], None]
+    case: FleetCase,
+    path: Path,
+    n: int,
+    work: Path,
+    s: Sizes,
+    log: Callable[[str], None],
+    scrape: bool = True,
 ) -> dict[str, Any]:
-    """gpu-exporter with -k against the stand-in kubelet listing n pods."""
-    sock, listing = work / f"kubelet-{n}.sock", work / f"pods-{n}.json"
+    """gpu-exporter with -k against the stand-in kubelet listing n pods (scrapes optional)."""
+    name = f"{case.name}-{n}"
+    sock, listing = work / f"kubelet-{name}.sock", work / f"pods-{name}.json"
     pods.write(listing, pods.device_ids(path), n)
-    log(f"  {n} pods")
+    log(f"  {case.name}: {n} pods")
+    scrapes: list[dict[str, Any]] = []
     with churn.kubelet_process(sock, listing) as _kubelet:
         flags = ["-k", "--pod-resources-kubelet-socket", str(sock)]
-        with procs.ours(path, 1000, work / f"exporter-pods-{n}.log", flags) as p:
+        with procs.ours(path, 1000, work / f"exporter-pods-{name}.log", flags) as p:
             p.wait_http("/ready")
             time.sleep(s.settle_s)
             rss = p.rss()
-            idle = procs.cpu_rate(p, s.cpu_window_s)
+            idle = procs.cpu_rate(p, s.cpu_window_s if scrape else s.scale_cpu_window_s)
             plain, gzipped = _bodies(p)
-            configs = [(10, True), (10, False)]
-            scrapes = _scrapes(p.port, configs, s.scale_requests, s.spread_s, 1, p, idle)
+            if scrape:
+                configs = [(10, True), (10, False)]
+                scrapes = scrape_rows(p.port, configs, s.scale_requests, s.spread_s, 1, p, idle)
     m = re.search(rb"^gpu_exporter_series (\S+)$", plain, re.M)
     return {
         "pods": n,
@@ -135,49 +145,6 @@ def measure_pods(
     }
 
 
-def _scrapes(
-    port: int,
-    configs: list[tuple[int, bool]],
-    requests: int,
-    spread: float,
-    repeats: int,
-    proc: Process | None = None,
-    idle_rate: float = 0.0,
-) -> list[dict[str, Any]]:
-    """Scrape load per (scrapers, gzip), with the server's CPU per scrape when `proc` is given.
-
-    Each configuration runs `repeats` times (requests split between them); the row is
-    the repeat with the median p99, so one burst of other work on the machine does not
-    decide it. The server CPU is over all repeats.
-    """
-    out = []
-    for n, gz in configs:
-        c0, t0 = (proc.cpu(), time.monotonic()) if proc else (0.0, 0.0)
-        runs = [scrape_load(port, n, requests // repeats, spread, gz) for _ in range(repeats)]
-        cpu = None
-        if proc is not None:
-            used = proc.cpu() - c0 - idle_rate * (time.monotonic() - t0)
-            cpu = max(used, 0.0) / sum(r.requests for r in runs)
-        mid = sorted(runs, key=lambda r: r.p99)[len(runs) // 2]
-        row = _load_row(mid, cpu)
-        row["p99_repeats_ms"] = [r.p99 * 1e3 for r in runs]
-        out.append(row)
-    return out
-
-
-def _load_row(r: LoadResult, cpu_per_scrape: float | None) -> dict[str, Any]:
-    return {
-        "scrapers": r.scrapers,
-        "gzip": r.gzip,
-        "requests": r.requests,
-        "p50_ms": r.p50 * 1e3,
-        "p99_ms": r.p99 * 1e3,
-        "max_ms": r.max * 1e3,
-        "bytes": r.body_bytes,
-        "server_cpu_us": None if cpu_per_scrape is None else cpu_per_scrape * 1e6,
-    }
-
-
 def _bodies(proc: Process) -> tuple[bytes, bytes]:
     """The exposition as served: (plain, gzip)."""
     import urllib.request
@@ -188,18 +155,6 @@ def _bodies(proc: Process) -> tuple[bytes, bytes]:
     with urllib.request.urlopen(req, timeout=10) as r:
         gzipped = r.read()
     return plain, gzipped
-
-
-def _floor(work: Path, gzipped: bytes, configs: list[tuple[int, bool]], s: Sizes) -> list:
-    """The gzip scrape load (what Prometheus asks for) against the floor server, same bytes."""
-    body = work / "floor.gz"
-    body.write_bytes(gzipped)
-    port = procs.free_port()
-    argv = [sys.executable, "-m", "benchmarks.floor", str(body), str(port), "--gzip"]
-    with Process(argv, port) as fl:
-        fl.wait_http("/metrics", timeout=20)
-        mine = [(n, gz) for n, gz in configs if gz]
-        return _scrapes(port, mine, s.requests, s.spread_s, s.repeats)
 
 
 def measure_process(
@@ -218,18 +173,22 @@ def measure_process(
             configs = [(10, True), (10, False)]
             load = (s.scale_requests, s.spread_s, 1)
         log(f"  {case.name}: scrapes {configs}")
-        scrapes = _scrapes(p.port, configs, *load, proc=p, idle_rate=idle)
-        _, gzipped = _bodies(p)
+        if target:
+            # The floor server takes turns with the exporter: same bytes, client, machine load.
+            plain, gzipped = _bodies(p)
+            with floor_server(work, plain, gzipped) as floor_port:
+                rows, floor = paired(p.port, floor_port, configs, load, p, idle)
+        else:
+            rows, floor = scrape_rows(p.port, configs, *load, proc=p, idle_rate=idle), None
         rss_after = p.rss()
     result = {
         "rss_mib": rss,
         "rss_after_scrapes_mib": rss_after,
         "cpu_1s": idle,
-        "scrapes": scrapes,
+        "scrapes": rows,
     }
-    if target:
-        log("  floor server: same bytes, same client")
-        result["floor"] = _floor(work, gzipped, configs, s)
+    if floor is not None:
+        result["floor"] = floor
     return result
 
 
@@ -258,7 +217,7 @@ def measure_peer(
         rss = p.rss()
         idle = procs.cpu_rate(p, s.cpu_window_s)
         configs = [(n, gz) for n in s.peer_scrapers for gz in (True, False)]
-        scrapes = _scrapes(p.port, configs, s.peer_requests, s.spread_s, 1, p, idle)
+        scrapes = scrape_rows(p.port, configs, s.peer_requests, s.spread_s, 1, p, idle)
         rss_after = p.rss()
     # At 1 s it collects back to back, so /proc cannot tell its scrapes' CPU from its
     # cycles': scrape it again while its collector idles (one cycle per minute).
@@ -268,7 +227,7 @@ def measure_peer(
         time.sleep(max(s.settle_s, cyc["collect_wall_ms"] / 1e3 * 1.5))
         idle60 = procs.cpu_rate(p, s.settle_s)
         gzip_only = [(n, gz) for n, gz in configs if gz]  # what Prometheus asks for
-        scrapes60 = _scrapes(p.port, gzip_only, s.peer_requests, s.spread_s, 1, p, idle60)
+        scrapes60 = scrape_rows(p.port, gzip_only, s.peer_requests, s.spread_s, 1, p, idle60)
     return {
         "version": version,
         "cycle": cyc,
@@ -309,6 +268,11 @@ def run(
     log(f"exporter processes with -k and {', '.join(map(str, s.pod_counts))} pods")
     res["pods"] = {
         str(n): measure_pods(target, paths[target.name], n, work, s, log) for n in s.pod_counts
+    }
+    n = s.pod_counts[0]
+    log(f"scale curve: exporter processes with -k and {n} pods, per fleet")
+    res["scale_pods"] = {
+        c.name: measure_pods(c, paths[c.name], n, work, s, log, scrape=False) for c in cases
     }
     log("exporter process at a 10 s interval")
     res["cpu_10s"] = measure_cpu10(paths[target.name], work, s)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pynvml
 
-from exporter.sim.fleet import GpuSpec, LoadSpec, MigSpec, ProcessSpec, memory_in_use_mib, mig_uuid
 from exporter.sim.models import COMPUTE_SLICES, GpuModel
+from exporter.sim.specs import GpuSpec, LoadSpec, MigSpec, ProcessSpec, memory_in_use_mib, mig_uuid
 
 NA = 0xFFFFFFFF  # NVML's "no instance id" for gpuInstanceId / computeInstanceId
 MiB = 1 << 20

@@ -17,13 +17,13 @@ import pynvml
 from exporter.sim.clock import ManualClock
 from exporter.sim.devices import Device, GpuState
 from exporter.sim.events import EventHub
+from exporter.sim.faultkinds import KINDS
 from exporter.sim.faults import Fault
 from exporter.sim.fleet import Fleet, coerce
 from exporter.sim.gpm import GpmSamples
 from exporter.sim.library import SimLibrary
 
 _INF = math.inf
-XID = pynvml.nvmlEventTypeXidCriticalError
 
 
 class SimDriver:
@@ -52,7 +52,7 @@ class SimDriver:
         self.gpus = [GpuState.build(spec) for spec in fleet.gpus]
         self.handles: dict[bytes, Device] = {}
         for gpu in self.gpus:
-            self._register(gpu)
+            self.register(gpu)
         self.init_count = 0
         self.unloaded_until = -_INF
         self.unloaded_code = pynvml.NVML_ERROR_DRIVER_NOT_LOADED  # what calls return meanwhile
@@ -128,54 +128,7 @@ class SimDriver:
 
     def _apply(self, f: Fault) -> None:
         gpu = self.gpus[f.gpu] if f.gpu is not None else None
-        targets = [gpu] if gpu is not None else self.gpus
-        end = _INF if f.duration is None else f.at + f.duration
-        if f.kind == "lost":
-            gpu.lost = True
-        elif f.kind == "not_supported":
-            if gpu is None and f.function is not None:
-                self.unsupported_functions.add(f.function)
-            for g in targets:
-                if f.function is not None:
-                    g.unsupported_functions.add(f.function)
-                else:
-                    g.unsupported_fields.add(f.field)
-        elif f.kind == "slow":
-            self.slow_rules.setdefault(f.function, []).append((f.gpu, f.seconds, f.at, end))
-        elif f.kind == "driver_unloaded":
-            self.unloaded_until = max(self.unloaded_until, end)
-            self.unloaded_code = getattr(pynvml, f"NVML_ERROR_{f.code or 'DRIVER_NOT_LOADED'}")
-            if f.code == "UNINITIALIZED":
-                self.init_count = 0  # NVML was shut down: calls fail until nvmlInit
-            for es in self.events.sets.values():  # a reloaded driver knows no old event set
-                es.freed = True
-            self.events.sets.clear()
-        elif f.kind == "xid":
-            mig = gpu.mig_by_gi(f.gi) if f.gi is not None else None
-            ci = mig.ci if mig is not None else 0
-            for _ in range(f.count):
-                self.events.publish(gpu, XID, f.xid, f.at, f.gi, ci if f.gi is not None else None)
-        elif f.kind == "mig_reconfigure":
-            for m in gpu.reconfigure(f.mig):
-                self.handles.pop(m.key, None)  # unknown handles: INVALID_ARGUMENT, as stale ones
-            for m in gpu.migs:
-                self._register(m)
-            self.events.publish(gpu, pynvml.nvmlEventMigConfigChange, 0, f.at)
-        elif f.kind == "ecc_dbe":
-            gpu.ecc_volatile[1] += f.count
-            gpu.ecc_aggregate[1] += f.count
-            if gpu.model.features.row_remapping:
-                gpu.remapped[1] += f.count
-                gpu.remapped[2] = 1
-            if gpu.model.features.page_retirement:
-                for _ in range(f.count):
-                    address = 0x1F0000 + 0x1000 * (len(gpu.retired_pages) + 17 * gpu.index)
-                    cause = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
-                    gpu.retired_pages.append((address, self.epoch_us(f.at), cause))
-                gpu.retired_pending = 1
-            self.events.publish(gpu, pynvml.nvmlEventTypeDoubleBitEccError, 0, f.at)
-        elif f.kind == "overheat":
-            gpu.overheats.append((f.at, end, f.temp_c))
+        KINDS[f.kind].apply(self, f, gpu)
 
     def slow_seconds(self, name: str, gpu: int | None, now: float) -> float:
         """Blocking time a `slow` fault adds to this call now (0 when none)."""
@@ -187,7 +140,8 @@ class SimDriver:
 
     # ---- handles ------------------------------------------------------------
 
-    def _register(self, dev: Device) -> None:
+    def register(self, dev: Device) -> None:
+        """Make a device's handle (and its MIG devices') known to the library."""
         self.handles[dev.key] = dev
         for mig in getattr(dev, "migs", ()):
             self.handles[mig.key] = mig

@@ -1,29 +1,23 @@
-"""Faults: what can go wrong on a simulated node, when, and how a fault is checked."""
+"""Faults: what can go wrong on a simulated node, when, and how a fault is checked.
+
+The kinds themselves (their keys, checks and effects) are classes in
+exporter/sim/faultkinds.py.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.sim.faultkinds import DRIVER_CODES, KINDS, LayoutParser, ParseContext
 from exporter.sim.schema import Reader, join
 
+__all__ = ["DRIVER_CODES", "KIND_KEYS", "Fault", "LayoutParser", "parse_fault"]
+
 # Keys each kind takes besides kind, at and gpu.
-KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "lost": (),
-    "not_supported": ("function", "field"),
-    "xid": ("xid", "gi", "count"),
-    "slow": ("function", "seconds", "duration"),
-    "driver_unloaded": ("duration", "code"),
-    "mig_reconfigure": ("mig",),
-    "ecc_dbe": ("count",),
-    "overheat": ("temp_c", "duration"),
-}
-_GPU_REQUIRED = {"lost", "xid", "mig_reconfigure", "ecc_dbe", "overheat"}
-# What a driver_unloaded fault's calls return: the module unloaded, user space and kernel
-# module from different driver versions (mid-upgrade), NVML shut down under the caller.
-DRIVER_CODES = ("DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "UNINITIALIZED")
+KIND_KEYS: dict[str, tuple[str, ...]] = {name: kind.keys for name, kind in KINDS.items()}
 
 
 @dataclass(frozen=True)
@@ -55,9 +49,6 @@ class Fault:
         return {f.name: getattr(self, f.name) for f in fields if getattr(self, f.name) != f.default}
 
 
-LayoutParser = Callable[[Any, str, int], Any]
-
-
 def parse_fault(
     reader: Reader,
     raw: Any,
@@ -72,87 +63,43 @@ def parse_fault(
     a `mig:` value into the resolved layout for a GPU index.
     """
     kind_raw = reader.mapping(raw, path, ("kind", "at", "gpu", *_all_keys()), ("kind",))["kind"]
-    kind = reader.string(kind_raw, join(path, "kind"))
-    if kind not in KIND_KEYS:
-        reader.fail(
-            join(path, "kind"), f"unknown fault kind '{kind}'; known: {', '.join(KIND_KEYS)}"
-        )
-    allowed = ("kind", "at", "gpu", *KIND_KEYS[kind])
+    name = reader.string(kind_raw, join(path, "kind"))
+    kind = KINDS.get(name)
+    if kind is None:
+        reader.fail(join(path, "kind"), f"unknown fault kind '{name}'; known: {', '.join(KINDS)}")
+    allowed = ("kind", "at", "gpu", *kind.keys)
     for key in raw:
         if key not in allowed:
             reader.fail(
-                join(path, key), f"does not apply to {kind} faults; they take {', '.join(allowed)}"
+                join(path, key), f"does not apply to {name} faults; they take {', '.join(allowed)}"
             )
+    at = raw.get("at")
+    at = None if at is None else reader.number(at, join(path, "at"), lo=0)
+    gpu = _gpu(reader, raw, path, name, kind.gpu, len(gpu_models))
+    ctx = ParseContext(
+        reader=reader,
+        raw=raw,
+        path=path,
+        kind=name,
+        gpu=gpu,
+        model=gpu_models[gpu] if gpu is not None else None,
+        function_names=function_names,
+        parse_layout=parse_layout,
+    )
+    return Fault(kind=name, at=at, gpu=gpu, **kind.parse(ctx))
 
-    def get(key: str, conv: Callable[..., Any], **bounds: Any) -> Any:
-        value = raw.get(key)
-        return None if value is None else conv(value, join(path, key), **bounds)
 
-    values: dict[str, Any] = {"kind": kind, "at": get("at", reader.number, lo=0)}
-    gpu = get("gpu", reader.integer, lo=0)
-    if gpu is not None and gpu >= len(gpu_models):
-        reader.fail(
-            join(path, "gpu"),
-            f"no GPU {gpu}; the node has {len(gpu_models)} (0-{len(gpu_models) - 1})",
-        )
-    if gpu is None and kind in _GPU_REQUIRED:
+def _gpu(reader: Reader, raw: Any, path: str, kind: str, rule: str, gpus: int) -> int | None:
+    """The fault's GPU index, checked against the node and the kind's rule."""
+    value = raw.get("gpu")
+    gpu = None if value is None else reader.integer(value, join(path, "gpu"), lo=0)
+    if gpu is not None and gpu >= gpus:
+        reader.fail(join(path, "gpu"), f"no GPU {gpu}; the node has {gpus} (0-{gpus - 1})")
+    if gpu is None and rule == "required":
         reader.fail(path, f"{kind} faults need 'gpu' (the GPU index)")
-    if kind == "driver_unloaded" and gpu is not None:
-        reader.fail(join(path, "gpu"), "driver_unloaded affects the whole node; remove 'gpu'")
-    values["gpu"] = gpu
-    model = gpu_models[gpu] if gpu is not None else None
-
-    if kind in ("not_supported", "slow"):
-        function = get("function", reader.string)
-        if function is not None and function not in function_names:
-            reader.fail(
-                join(path, "function"),
-                f"'{function}' is not an NVML function the simulator implements"
-                " (names are C names such as nvmlDeviceGetPowerUsage)",
-            )
-        values["function"] = function
-    if kind == "not_supported":
-        values["field"] = get("field", reader.integer, lo=0)
-        if (values["function"] is None) == (values["field"] is None):
-            reader.fail(path, "not_supported faults need exactly one of 'function' or 'field'")
-    elif kind == "slow":
-        if values["function"] is None:
-            reader.fail(path, "slow faults need 'function' (the NVML C function name)")
-        values["seconds"] = get("seconds", reader.number, lo=0)
-        if values["seconds"] is None:
-            reader.fail(path, "slow faults need 'seconds' (blocking time per call)")
-        values["duration"] = get("duration", reader.number, lo=0)
-    elif kind == "xid":
-        values["xid"] = get("xid", reader.integer, lo=1)
-        if values["xid"] is None:
-            reader.fail(path, "xid faults need 'xid' (the XID number, e.g. 79)")
-        values["gi"] = get("gi", reader.integer, lo=0, hi=14)
-        if values["gi"] is not None and not model.mig_capable:
-            reader.fail(join(path, "gi"), f"{model.name} has no MIG; remove 'gi'")
-        values["count"] = get("count", reader.integer, lo=1) or 1
-    elif kind == "driver_unloaded":
-        values["duration"] = get("duration", reader.number, lo=0)
-        if values["duration"] is None:
-            reader.fail(path, "driver_unloaded faults need 'duration' (seconds until it is back)")
-        values["code"] = get("code", reader.string)
-        if values["code"] not in (None, *DRIVER_CODES):
-            reader.fail(join(path, "code"), f"use one of {', '.join(DRIVER_CODES)}")
-    elif kind == "mig_reconfigure":
-        if "mig" not in raw:
-            reader.fail(path, "mig_reconfigure faults need 'mig' (the new layout, or false)")
-        if not model.mig_capable:
-            reader.fail(join(path, "gpu"), f"{model.name} has no MIG")
-        values["mig"] = parse_layout(raw["mig"], join(path, "mig"), gpu)
-    elif kind == "ecc_dbe":
-        if not model.features.ecc:
-            reader.fail(join(path, "gpu"), f"{model.name} has no ECC")
-        values["count"] = get("count", reader.integer, lo=1) or 1
-    elif kind == "overheat":
-        values["temp_c"] = get("temp_c", reader.number, lo=0, hi=150)
-        if values["temp_c"] is None:
-            reader.fail(path, "overheat faults need 'temp_c' (the temperature held)")
-        values["duration"] = get("duration", reader.number, lo=0)
-    return Fault(**values)
+    if gpu is not None and rule == "forbidden":
+        reader.fail(join(path, "gpu"), f"{kind} affects the whole node; remove 'gpu'")
+    return gpu
 
 
 def _all_keys() -> tuple[str, ...]:

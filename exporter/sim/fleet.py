@@ -8,9 +8,7 @@ state separately.
 
 from __future__ import annotations
 
-import hashlib
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,11 +21,37 @@ from exporter.sim.faults import Fault, parse_fault
 from exporter.sim.latency import LatencySpec
 from exporter.sim.models import GpuModel, MigProfile, catalog
 from exporter.sim.schema import FleetError, Reader, join
+from exporter.sim.specs import (
+    GpuSpec,
+    LoadSpec,
+    MigSpec,
+    ProcessSpec,
+    default_bus_id,
+    default_uuid,
+    digest,
+    memory_in_use_mib,
+    mig_uuid,
+)
+
+__all__ = [
+    "DEFAULT_FLEET",
+    "FLEETS_DIR",
+    "Fleet",
+    "FleetError",
+    "GpuSpec",
+    "LoadSpec",
+    "MigSpec",
+    "ProcessSpec",
+    "coerce",
+    "default_bus_id",
+    "default_uuid",
+    "load_fleet",
+    "memory_in_use_mib",
+    "mig_uuid",
+]
 
 FLEETS_DIR = Path(__file__).with_name("fleets")
 DEFAULT_FLEET = FLEETS_DIR / "default.yaml"
-_NAMESPACE = uuid.UUID("6d1c3f0e-5a1b-4c7e-9b8a-2f4e5d6c7b8a")
-_DGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 _TOP_KEYS = (
@@ -44,57 +68,6 @@ _GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "load", "processes", "mig"
 _MIG_KEYS = ("profile", "gi", "ci", "index", "uuid", "load", "processes")
 _LOAD_KEYS = ("util", "mem_util", "mem_used_mib", "power", "swing", "period_s", "enc", "dec")
 _PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type")
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    """A process using a GPU or MIG instance; memory in MiB, utilization in percent."""
-
-    pid: int
-    used_memory_mib: int
-    sm_util: float
-    mem_util: float
-    type: str  # "compute" or "graphics"
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """Baseline activity. Values move as base + swing * sin(2 pi t / period_s + phase)."""
-
-    util: float | None = None  # percent; None: the processes' sm_util summed
-    mem_util: float | None = None  # percent of memory bandwidth; None: 55 % of util
-    mem_used_mib: int | None = None  # None: the processes' memory summed
-    power: float | None = None  # fraction of the power limit; None: from util
-    swing: float | None = None  # percent points; None: a quarter of util, at most 10
-    period_s: float = 120.0
-    enc: float = 0.0
-    dec: float = 0.0
-
-
-@dataclass(frozen=True)
-class MigSpec:
-    """One MIG device (a GPU instance with one compute instance), placed."""
-
-    profile: MigProfile
-    gi: int
-    ci: int
-    start: int  # first memory slice
-    index: int  # MIG device index under the parent
-    uuid: str | None
-    load: LoadSpec
-    processes: tuple[ProcessSpec, ...]
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    index: int
-    model: GpuModel
-    uuid: str
-    pci_bus_id: str
-    serial: str
-    load: LoadSpec
-    processes: tuple[ProcessSpec, ...]
-    mig: tuple[MigSpec, ...] | None  # None: MIG disabled
 
 
 @dataclass(frozen=True)
@@ -137,23 +110,6 @@ def load_fleet(path: str | Path) -> Fleet:
         where = f" at line {mark.line + 1}" if mark else ""
         raise FleetError(f"{path}: not valid YAML{where}: {getattr(e, 'problem', e)}") from None
     return Fleet.from_dict(data, str(path))
-
-
-def _digest(*parts: object) -> bytes:
-    return hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-
-
-def default_uuid(hostname: str, index: int) -> str:
-    return f"GPU-{uuid.uuid5(_NAMESPACE, f'{hostname}/gpu/{index}')}"
-
-
-def mig_uuid(gpu_uuid: str, gi: int, ci: int, generation: int) -> str:
-    """MIG UUIDs as drivers >= R470 print them; a new one each time a layout is created."""
-    return f"MIG-{uuid.uuid5(_NAMESPACE, f'{gpu_uuid}/{gi}/{ci}/{generation}')}"
-
-
-def default_bus_id(index: int) -> str:
-    return f"{index // len(_DGX_BUSES):08X}:{_DGX_BUSES[index % len(_DGX_BUSES)]:02X}:00.0"
 
 
 class _Loader:
@@ -258,7 +214,7 @@ class _Loader:
         if not _BUS_ID.match(bus):
             r.fail(join(path, "pci_bus_id"), f"'{bus}' is not like 00000000:18:00.0")
         serial_default = model.serial_prefix + str(
-            int.from_bytes(_digest(self.hostname, index)[:8], "big") % 10**9
+            int.from_bytes(digest(self.hostname, index)[:8], "big") % 10**9
         ).zfill(9)
         serial = r.string(raw.get("serial", serial_default), join(path, "serial"))
         load = self.load(raw.get("load"), join(path, "load"))
@@ -388,12 +344,6 @@ class _Loader:
                 )
             )
         return tuple(out)
-
-
-def memory_in_use_mib(load: LoadSpec, processes: tuple[ProcessSpec, ...]) -> int:
-    """Memory in use on a device: its processes' memory, or load.mem_used_mib if more."""
-    total = sum(p.used_memory_mib for p in processes)
-    return max(total, load.mem_used_mib or 0)
 
 
 def _number_devices(r: Reader, path: str, specs: list[MigSpec]) -> tuple[MigSpec, ...]:

@@ -8,6 +8,8 @@ MIG instance has its own activity (from its processes / load).
 from __future__ import annotations
 
 import ctypes
+import functools
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -139,15 +141,34 @@ def mig_sample_get(drv: SimDriver, gpu: GpuState, now: float, gi: Any, sample: A
     return OK
 
 
+# The caller's c_nvmlGpmMetric_t entries are read and written as C code would, through
+# the array's buffer: metricId, nvmlReturn, value, then the three metricInfo strings as
+# pointers (to module-level bytes, alive for the process). pynvml's per-attribute
+# structure wrappers made this the simulator's largest cost per cycle.
+_HEAD = struct.Struct("@IId")
+_ENTRY = struct.Struct("@IId3P")
+assert _ENTRY.size == ctypes.sizeof(pynvml.c_nvmlGpmMetric_t)
+_get = object.__getattribute__
+
+
+@functools.cache
+def _pointers(info: tuple[bytes, bytes, bytes]) -> tuple[int, int, int]:
+    """Addresses of the info strings (the cache keeps them alive)."""
+    a, b, c = (ctypes.cast(ctypes.c_char_p(s), ctypes.c_void_p).value or 0 for s in info)
+    return a, b, c
+
+
 @calls.system("nvmlGpmMetricsGet")
 def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
     mg = out(metrics_ref)
-    if mg.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+    if _get(mg, "version") != pynvml.NVML_GPM_METRICS_GET_VERSION:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    if mg.numMetrics > len(mg.metrics):
+    metrics = _get(mg, "metrics")
+    count = _get(mg, "numMetrics")
+    if count > len(metrics):
         return INVALID_ARGUMENT
-    s1 = drv.gpm.samples.get(_key(mg.sample1))
-    s2 = drv.gpm.samples.get(_key(mg.sample2))
+    s1 = drv.gpm.samples.get(_key(_get(mg, "sample1")))
+    s2 = drv.gpm.samples.get(_key(_get(mg, "sample2")))
     if s1 is None or s2 is None or s1.device is None or s1.device is not s2.device:
         return INVALID_ARGUMENT
     dt = s2.t - s1.t
@@ -155,24 +176,25 @@ def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
         # Two samples of the same instant (or in the wrong order) give no rates.
         return INVALID_ARGUMENT
     util = min(100.0, max(0.0, (s2.util_s - s1.util_s) / dt))
-    for i in range(mg.numMetrics):
-        m = mg.metrics[i]
-        compute = _metric(m.metricId, s1)
+    buf = memoryview(metrics).cast("B")
+    for i in range(count):
+        at = i * _ENTRY.size
+        (metric_id,) = struct.unpack_from("@I", buf, at)
+        compute = _metric(metric_id, s1.links)
         if compute is None:
-            m.nvmlReturn = NOT_SUPPORTED
-            m.value = 0.0
+            _HEAD.pack_into(buf, at, metric_id, NOT_SUPPORTED, 0.0)
             continue
         value_, info = compute(s1, s2, dt, util)
-        m.value = value_
-        m.nvmlReturn = OK
-        m.metricInfo.shortName, m.metricInfo.longName, m.metricInfo.unit = info
+        _ENTRY.pack_into(buf, at, metric_id, OK, value_, *_pointers(info))
     return OK
 
 
 Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, bytes, bytes]]]
 
 
-def _metric(metric_id: int, s: Sample) -> Metric | None:
+@functools.cache
+def _metric(metric_id: int, links: int) -> Metric | None:
+    """How to compute a metric between two samples of a device with `links` NVLinks."""
     ratio = _RATIOS.get(metric_id)
     if ratio is not None:
         info = _INFO.get(metric_id, _PERCENT_INFO)
@@ -186,13 +208,13 @@ def _metric(metric_id: int, s: Sample) -> Metric | None:
         pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC: lambda x: x.nvlink[1],
     }.get(metric_id)
     if rate is not None:
-        if metric_id >= pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC and not s.links:
+        if metric_id >= pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC and not links:
             return None
         return lambda a, b, dt, util: ((rate(b) - rate(a)) / dt / MiB, _INFO[metric_id])
     link, tx = divmod(metric_id - _FIRST_LINK_METRIC, 2)
-    if metric_id >= _FIRST_LINK_METRIC and link < min(_LINK_METRICS, s.links):
+    if metric_id >= _FIRST_LINK_METRIC and link < min(_LINK_METRICS, links):
         return lambda a, b, dt, util: (
-            (b.nvlink[tx] - a.nvlink[tx]) / dt / MiB / s.links,
+            (b.nvlink[tx] - a.nvlink[tx]) / dt / MiB / links,
             _LINK_INFO,
         )
     return None

@@ -20,6 +20,7 @@ from exporter.sim.calls import Call, load_all, value
 from exporter.sim.latency import spin
 
 if TYPE_CHECKING:
+    from exporter.sim.devices import Device
     from exporter.sim.driver import SimDriver
 
 SUCCESS = pynvml.NVML_SUCCESS
@@ -72,6 +73,17 @@ def _raw_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., Any]:
     return fn
 
 
+def _node_error(driver: SimDriver, now: float) -> int:
+    """Apply due faults; then the code every call returns now, or SUCCESS (lock held)."""
+    if now >= driver.next_fault_at:
+        driver.apply_due(now)
+    if now < driver.unloaded_until:
+        return driver.unloaded_code
+    if not driver.init_count:
+        return UNINITIALIZED
+    return SUCCESS
+
+
 def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:
     impl, name, lock = call.impl, call.name, driver.lock
 
@@ -80,12 +92,9 @@ def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., in
             spin(cost)
         with lock:
             now = driver.now()
-            if now >= driver.next_fault_at:
-                driver.apply_due(now)
-            if now < driver.unloaded_until:
-                return driver.unloaded_code
-            if not driver.init_count:
-                return UNINITIALIZED
+            error = _node_error(driver, now)
+            if error:
+                return error
             if name in driver.unsupported_functions:
                 return NOT_SUPPORTED
             delay = driver.slow_seconds(name, None, now) if name in driver.slow_rules else 0.0
@@ -98,9 +107,24 @@ def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., in
     return fn
 
 
+def _device(driver: SimDriver, handle: Any, name: str, allow_mig: bool) -> Device | int:
+    """The device a handle names, or the error code a call on it returns (lock held)."""
+    try:
+        dev = driver.handles.get(bytes(handle))
+    except TypeError:
+        dev = None
+    if dev is None or dev.stale:
+        return INVALID_ARGUMENT
+    gpu = dev.gpu
+    if gpu.lost:
+        return GPU_IS_LOST
+    if name in gpu.unsupported_functions or (dev.is_mig and not allow_mig):
+        return NOT_SUPPORTED
+    return dev
+
+
 def _device_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:
     impl, name, lock, allow_mig = call.impl, call.name, driver.lock, call.mig
-    handles = driver.handles
     per_field = driver.latency.per_field_us / 1e6 if name == "nvmlDeviceGetFieldValues" else 0.0
     if not driver.latency.enabled:
         per_field = 0.0
@@ -110,30 +134,18 @@ def _device_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., in
             spin(cost + per_field * value(args[0]) if per_field else cost)
         with lock:
             now = driver.now()
-            if now >= driver.next_fault_at:
-                driver.apply_due(now)
-            if now < driver.unloaded_until:
-                return driver.unloaded_code
-            if not driver.init_count:
-                return UNINITIALIZED
-            try:
-                dev = handles.get(bytes(handle))
-            except TypeError:
-                dev = None
-            if dev is None or dev.stale:
-                return INVALID_ARGUMENT
-            gpu = dev.gpu
-            if gpu.lost:
-                return GPU_IS_LOST
-            if name in gpu.unsupported_functions or (dev.is_mig and not allow_mig):
-                return NOT_SUPPORTED
-            delay = driver.slow_seconds(name, gpu.index, now) if name in driver.slow_rules else 0.0
+            dev = _node_error(driver, now) or _device(driver, handle, name, allow_mig)
+            if isinstance(dev, int):
+                return dev
+            delay = (
+                driver.slow_seconds(name, dev.gpu.index, now) if name in driver.slow_rules else 0.0
+            )
             if not delay:
                 return impl(driver, dev, now, *args)
         # A slow call blocks without holding the driver lock.
         time.sleep(delay)
         with lock:
-            if gpu.lost:
+            if dev.gpu.lost:
                 return GPU_IS_LOST
             if dev.stale:
                 return INVALID_ARGUMENT

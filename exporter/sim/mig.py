@@ -51,24 +51,7 @@ def place(
             )
         starts.append(match)
 
-    used_compute = 0
-    used_memory = 0
-    for i, (profile, _) in enumerate(requests):
-        used_compute += profile.slices
-        used_memory += profile.memory_mib
-        if used_compute > COMPUTE_SLICES:
-            raise LayoutError(
-                f"the layout needs {used_compute} compute slices by this entry;"
-                f" {model.name} has {COMPUTE_SLICES}",
-                i,
-            )
-        if used_memory > model.memory_mib:
-            raise LayoutError(
-                f"the layout needs {used_memory} MiB by this entry; {model.name} has"
-                f" {model.memory_mib} MiB",
-                i,
-            )
-
+    _check_budget(model, requests)
     chosen: list[int] = []
 
     def search(i: int, occupied: int) -> bool:
@@ -94,3 +77,24 @@ def place(
     return [
         (start, gpu_instance_id(p, start)) for (p, _), start in zip(requests, chosen, strict=True)
     ]
+
+
+def _check_budget(model: GpuModel, requests: Sequence[tuple[MigProfile, int | None]]) -> None:
+    """Raise LayoutError at the first request that exceeds the compute slices or memory."""
+    used_compute = 0
+    used_memory = 0
+    for i, (profile, _) in enumerate(requests):
+        used_compute += profile.slices
+        used_memory += profile.memory_mib
+        if used_compute > COMPUTE_SLICES:
+            raise LayoutError(
+                f"the layout needs {used_compute} compute slices by this entry;"
+                f" {model.name} has {COMPUTE_SLICES}",
+                i,
+            )
+        if used_memory > model.memory_mib:
+            raise LayoutError(
+                f"the layout needs {used_memory} MiB by this entry; {model.name} has"
+                f" {model.memory_mib} MiB",
+                i,
+            )

@@ -45,6 +45,7 @@ def test_quick_run_writes_every_section_and_keeps_others(quick_run):
         "## Memory",
         "## Exposition",
         "## Growth",
+        "## Scale curve",
         "## Pods",
         "## Side by side: nvitop-exporter",
     ):
@@ -67,13 +68,16 @@ def test_quick_run_measures_what_the_issue_lists(quick_run):
     got = {(r["scrapers"], r["gzip"]) for r in proc["scrapes"]}
     assert got == {(n, gz) for n in (1, 10) for gz in (True, False)}
     assert all(r["bytes"] > 0 and r["requests"] > 0 for r in proc["scrapes"])
-    assert {(r["scrapers"], r["gzip"]) for r in proc["floor"]} == {(1, True), (10, True)}
+    assert {(r["scrapers"], r["gzip"]) for r in proc["floor"]} == got
+    assert all(r["p99_ratio"] > 0 and r["p50_ratio"] > 0 for r in proc["scrapes"])
     for run in (res["churn"], res["churn_pods"]):
         assert run["reconfigs"] > 0 and run["last_ok"] and run["skipped"] == 0
         assert len(run["samples"]) >= 2
     assert res["churn_pods"]["attributed"] > 0 and res["churn_pods"]["pods_replaced"] > 0
     (with_pods,) = res["pods"].values()
     assert with_pods["attributed"] > 0
+    assert set(res["scale_pods"]) == set(res["cycle"])
+    assert all(r["attributed"] > 0 and r["rss_mib"] > 0 for r in res["scale_pods"].values())
 
 
 def test_report_block_is_replaced_not_repeated(tmp_path):
@@ -130,3 +134,50 @@ def test_profile_charges_structure_access_to_whoever_touched_it():
     assert _owner([*ours, "spin (exporter/sim/latency.py:48)"]) == (
         "driver calls (modelled busy-wait)"
     )
+
+
+def test_quick_report_goes_outside_the_checkout(quick_run, tmp_path):
+    _, res = quick_run
+    raw = tmp_path / "results.json"
+    raw.write_text(json.dumps(res))
+    doc = ROOT / "docs" / "benchmarks.md"
+    before = doc.read_bytes()
+    argv = [sys.executable, "-m", "benchmarks", "--quick", "--from-json", str(raw)]
+    p = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-3000:]
+    written = Path(p.stdout.split("wrote ", 1)[1].split(" from ", 1)[0])
+    assert ROOT not in written.resolve().parents
+    assert "## Targets" in written.read_text()
+    assert doc.read_bytes() == before
+
+
+def test_memory_variants_block_is_kept_where_it_is(tmp_path):
+    doc = tmp_path / "b.md"
+    variants = "<!-- memory-variants:begin -->\n| variant | MiB |\n<!-- memory-variants:end -->"
+    doc.write_text(f"# Benchmarks\n\n{report.BEGIN}\n\nold\n\n{variants}\n\n{report.END}\n")
+    report.write(doc, "## New\n\nnumbers")
+    report.write(doc, "## Newer\n\nnumbers")
+    text = doc.read_text()
+    assert "old" not in text and "## New\n" not in text and "## Newer" in text
+    assert text.count(variants) == 1
+    outside = tmp_path / "c.md"
+    outside.write_text(f"# Benchmarks\n\n## Memory variants\n\n{variants}\n")
+    report.write(outside, "## Run\n\nnumbers")
+    report.write(outside, "## Run 2\n\nnumbers")
+    assert outside.read_text().count(variants) == 1
+    assert outside.read_text().endswith(f"{variants}\n")
+
+
+def test_default_fleet_targets_when_measured(quick_run):
+    _, res = quick_run
+    t = res["target"]
+    res = {
+        **res,
+        "cycle": {**res["cycle"], "default": res["cycle"][t]},
+        "process": {**res["process"], "default": res["process"][t]},
+        "fleets": {**res["fleets"], "default": res["fleets"][t]},
+    }
+    rows = {name: ok for name, _, ok in report.targets(res, report.derived(res))}
+    cycle = res["cycle"]["default"]["net_ms"]
+    assert rows["CPU per collection cycle ≤ 8 ms, default fleet"] == (cycle <= 8)
+    assert "RSS ≤ 48 MiB, default fleet" in rows

@@ -1,0 +1,255 @@
+"""One class per fault kind: which keys it takes, how they are checked, what it does.
+
+Each kind parses its own keys of a fleet-file fault mapping (`parse`, called
+by faults.parse_fault after the common keys kind, at and gpu are checked)
+and applies a due fault to the running driver (`apply`, called with the
+driver lock held). See docs/simulator.md for what each kind does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+
+import pynvml
+
+from exporter.sim.schema import Reader, join
+
+if TYPE_CHECKING:
+    from exporter.sim.devices import GpuState
+    from exporter.sim.driver import SimDriver
+    from exporter.sim.faults import Fault
+
+# What a driver_unloaded fault's calls return: the module unloaded, user space and kernel
+# module from different driver versions (mid-upgrade), NVML shut down under the caller.
+DRIVER_CODES = ("DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "UNINITIALIZED")
+
+LayoutParser = Callable[[Any, str, int], Any]
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    """One fault mapping being checked: its reader, raw keys, path and GPU."""
+
+    reader: Reader
+    raw: Mapping[str, Any]
+    path: str
+    kind: str
+    gpu: int | None
+    model: Any  # the GPU's model (None for a node-wide fault)
+    function_names: Collection[str]
+    parse_layout: LayoutParser
+
+    def get(self, key: str, conv: Callable[..., Any], **bounds: Any) -> Any:
+        """The key's value converted by `conv` (a Reader method), or None when absent."""
+        value = self.raw.get(key)
+        return None if value is None else conv(value, join(self.path, key), **bounds)
+
+    def need(self, key: str, what: str, conv: Callable[..., Any], **bounds: Any) -> Any:
+        """Like get(), but a missing key fails naming what it is for."""
+        value = self.get(key, conv, **bounds)
+        if value is None:
+            self.reader.fail(self.path, f"{self.kind} faults need '{key}' ({what})")
+        return value
+
+    def fail(self, key: str | None, message: str) -> NoReturn:
+        """Fail at the fault (key None) or at one of its keys."""
+        self.reader.fail(self.path if key is None else join(self.path, key), message)
+
+    def function(self) -> str | None:
+        """The optional `function` key, checked against the implemented C functions."""
+        function = self.get("function", self.reader.string)
+        if function is not None and function not in self.function_names:
+            self.fail(
+                "function",
+                f"'{function}' is not an NVML function the simulator implements"
+                " (names are C names such as nvmlDeviceGetPowerUsage)",
+            )
+        return function
+
+
+class FaultKind:
+    """A kind of fault. `gpu`: 'required', 'optional' (all GPUs) or 'forbidden' (node-wide)."""
+
+    name: ClassVar[str]
+    keys: ClassVar[tuple[str, ...]] = ()
+    gpu: ClassVar[str] = "required"
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        """The kind's own Fault fields from the mapping (fails on a bad value)."""
+        return {}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        """Make the fault happen (driver lock held)."""
+        raise NotImplementedError
+
+
+def _end(f: Fault) -> float:
+    assert f.at is not None
+    return math.inf if f.duration is None else f.at + f.duration
+
+
+class Lost(FaultKind):
+    name = "lost"
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        assert gpu is not None
+        gpu.lost = True
+
+
+class NotSupported(FaultKind):
+    name = "not_supported"
+    keys = ("function", "field")
+    gpu = "optional"
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        function = ctx.function()
+        field = ctx.get("field", ctx.reader.integer, lo=0)
+        if (function is None) == (field is None):
+            ctx.fail(None, "not_supported faults need exactly one of 'function' or 'field'")
+        return {"function": function, "field": field}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        if gpu is None and f.function is not None:
+            driver.unsupported_functions.add(f.function)
+        for g in [gpu] if gpu is not None else driver.gpus:
+            if f.function is not None:
+                g.unsupported_functions.add(f.function)
+            else:
+                g.unsupported_fields.add(f.field)
+
+
+class Slow(FaultKind):
+    name = "slow"
+    keys = ("function", "seconds", "duration")
+    gpu = "optional"
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        function = ctx.function()
+        if function is None:
+            ctx.fail(None, "slow faults need 'function' (the NVML C function name)")
+        return {
+            "function": function,
+            "seconds": ctx.need("seconds", "blocking time per call", ctx.reader.number, lo=0),
+            "duration": ctx.get("duration", ctx.reader.number, lo=0),
+        }
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        assert f.function is not None
+        rule = (f.gpu, f.seconds, f.at, _end(f))
+        driver.slow_rules.setdefault(f.function, []).append(rule)
+
+
+class DriverUnloaded(FaultKind):
+    name = "driver_unloaded"
+    keys = ("duration", "code")
+    gpu = "forbidden"
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        r = ctx.reader
+        duration = ctx.need("duration", "seconds until it is back", r.number, lo=0)
+        code = ctx.get("code", r.string)
+        if code not in (None, *DRIVER_CODES):
+            ctx.fail("code", f"use one of {', '.join(DRIVER_CODES)}")
+        return {"duration": duration, "code": code}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        driver.unloaded_until = max(driver.unloaded_until, _end(f))
+        driver.unloaded_code = getattr(pynvml, f"NVML_ERROR_{f.code or 'DRIVER_NOT_LOADED'}")
+        if f.code == "UNINITIALIZED":
+            driver.init_count = 0  # NVML was shut down: calls fail until nvmlInit
+        for es in driver.events.sets.values():  # a reloaded driver knows no old event set
+            es.freed = True
+        driver.events.sets.clear()
+
+
+class Xid(FaultKind):
+    name = "xid"
+    keys = ("xid", "gi", "count")
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        r = ctx.reader
+        xid = ctx.need("xid", "the XID number, e.g. 79", r.integer, lo=1)
+        gi = ctx.get("gi", r.integer, lo=0, hi=14)
+        if gi is not None and not ctx.model.mig_capable:
+            ctx.fail("gi", f"{ctx.model.name} has no MIG; remove 'gi'")
+        return {"xid": xid, "gi": gi, "count": ctx.get("count", r.integer, lo=1) or 1}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        assert gpu is not None
+        ci = None
+        if f.gi is not None:
+            mig = gpu.mig_by_gi(f.gi)
+            ci = mig.ci if mig is not None else 0
+        xid = pynvml.nvmlEventTypeXidCriticalError
+        for _ in range(f.count):
+            driver.events.publish(gpu, xid, f.xid, f.at, f.gi, ci)
+
+
+class MigReconfigure(FaultKind):
+    name = "mig_reconfigure"
+    keys = ("mig",)
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        if "mig" not in ctx.raw:
+            ctx.fail(None, "mig_reconfigure faults need 'mig' (the new layout, or false)")
+        if not ctx.model.mig_capable:
+            ctx.fail("gpu", f"{ctx.model.name} has no MIG")
+        return {"mig": ctx.parse_layout(ctx.raw["mig"], join(ctx.path, "mig"), ctx.gpu)}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        assert gpu is not None
+        for m in gpu.reconfigure(f.mig):
+            driver.handles.pop(m.key, None)  # unknown handles: INVALID_ARGUMENT, as stale ones
+        for m in gpu.migs:
+            driver.register(m)
+        driver.events.publish(gpu, pynvml.nvmlEventMigConfigChange, 0, f.at)
+
+
+class EccDbe(FaultKind):
+    name = "ecc_dbe"
+    keys = ("count",)
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        if not ctx.model.features.ecc:
+            ctx.fail("gpu", f"{ctx.model.name} has no ECC")
+        return {"count": ctx.get("count", ctx.reader.integer, lo=1) or 1}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        assert gpu is not None and f.at is not None
+        gpu.ecc_volatile[1] += f.count
+        gpu.ecc_aggregate[1] += f.count
+        if gpu.model.features.row_remapping:
+            gpu.remapped[1] += f.count
+            gpu.remapped[2] = 1
+        if gpu.model.features.page_retirement:
+            cause = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+            for _ in range(f.count):
+                address = 0x1F0000 + 0x1000 * (len(gpu.retired_pages) + 17 * gpu.index)
+                gpu.retired_pages.append((address, driver.epoch_us(f.at), cause))
+            gpu.retired_pending = 1
+        driver.events.publish(gpu, pynvml.nvmlEventTypeDoubleBitEccError, 0, f.at)
+
+
+class Overheat(FaultKind):
+    name = "overheat"
+    keys = ("temp_c", "duration")
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        r = ctx.reader
+        return {
+            "temp_c": ctx.need("temp_c", "the temperature held", r.number, lo=0, hi=150),
+            "duration": ctx.get("duration", r.number, lo=0),
+        }
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        assert gpu is not None
+        gpu.overheats.append((f.at, _end(f), f.temp_c))
+
+
+KINDS: dict[str, FaultKind] = {
+    k.name: k()
+    for k in (Lost, NotSupported, Xid, Slow, DriverUnloaded, MigReconfigure, EccDbe, Overheat)
+}
