@@ -161,7 +161,7 @@ def test_no_series_carries_the_exporters_pod(prom):
     assert prom.query(f'{{job="gpu-exporter", pod="{POD}"}}') == []
     assert prom.query('{job="gpu-exporter", namespace="gpu-exporter"}') == []
     gpus = prom.query('DCGM_FI_DEV_GPU_TEMP{job="gpu-exporter"}')
-    assert len(gpus) == 8
+    assert len(gpus) == 17  # 6 whole GPUs and the 11 MIG instances of 2 GPUs (-d f)
     assert {r["metric"]["node"] for r in gpus} == {NODE}
 
 
@@ -173,4 +173,4 @@ def test_an_annotated_pod_would_name_the_exporter_on_idle_gpus(prom):
     """The control: the annotation job on an annotated pod puts the exporter's pod on GPU
     series no workload holds, which is why the manifests leave the annotation out."""
     res = prom.query(f'DCGM_FI_DEV_GPU_TEMP{{job="annotated-control", pod="{POD}"}}')
-    assert len(res) == 8
+    assert len(res) == 17  # every series: none is held by a workload here
