@@ -28,13 +28,15 @@ def _children() -> dict[int, str]:
         try:
             with open(f"/proc/{entry}/stat") as f:
                 stat = f.read()
+            # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")"
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if int(ppid) != me or state == "Z":
+                continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
         except OSError:
             continue  # gone meanwhile
-        # "pid (comm) state ppid ...": comm may hold spaces, so split after its ")"
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == me and state != "Z" and _is_exporter(argv):
+        if _is_exporter(argv):
             out[int(entry)] = " ".join(a.decode(errors="replace") for a in argv if a)
     return out
 
