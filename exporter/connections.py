@@ -322,8 +322,11 @@ class ConnectionLimit:
         self.evicted = self.refused = self.too_large = self.write_timeouts = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._logs: dict[str, RateLimited] = {}
+        self.closing = False  # close_all() was called: sockets accepted from now on go
 
     def __call__(self) -> asyncio.BaseProtocol:
+        if self.closing:
+            return _Refused()
         if len(self.open) >= self.limits.max_connections:
             staying = [g for g in self.open if not g.going]
             if not staying:
@@ -362,7 +365,12 @@ class ConnectionLimit:
 
     def close_all(self) -> None:
         """On shutdown: drop every socket still in its handshake or not reading its
-        response, so that they cannot delay the exit."""
+        response, so that they cannot delay the exit. A socket accepted but not yet
+        handed to its protocol goes when it is: aiohttp would otherwise see it only after
+        closing its idle connections and wait its whole shutdown timeout for a request."""
+        self.closing = True
         for guard in list(self.open):
-            if guard.raw is not None and (not guard.connected or guard.stalled):
+            if guard.raw is None:
+                guard.going = True  # connection_made aborts it
+            elif not guard.connected or guard.stalled:
                 guard.raw.abort()

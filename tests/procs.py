@@ -15,6 +15,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).parent.parent
 
+STARTED: list[subprocess.Popen] = []
+"""Every exporter process the tests started (tests/conftest.py fails a test that leaves
+one running)."""
+
+
+def track(proc: subprocess.Popen) -> subprocess.Popen:
+    """Register an exporter process for the leftover check in tests/conftest.py."""
+    STARTED.append(proc)
+    return proc
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -47,22 +57,32 @@ def wait_until(cond, timeout: float, what: str, interval: float = 0.05):
 
 
 class Exporter:
-    """``gpu-exporter --simulate FLEET`` as a subprocess on a free port."""
+    """``gpu-exporter --simulate FLEET`` as a subprocess on a free port, run by ``python``
+    (default: the interpreter running the tests)."""
 
-    def __init__(self, *args: str, fleet: str | Path | None = None, env: dict | None = None):
+    def __init__(
+        self,
+        *args: str,
+        fleet: str | Path | None = None,
+        env: dict | None = None,
+        python: str | None = None,
+    ):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         sim = ["--simulate", str(fleet)] if fleet else ["--simulate"]
         self.log = open(os.devnull, "w")  # noqa: SIM115
         self.log_path = None
         e = {**os.environ, "NODE_NAME": "sim-node", "PYTHONUNBUFFERED": "1", **(env or {})}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", *sim, "-a", f"127.0.0.1:{self.port}", *args],
-            cwd=ROOT,
-            env=e,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        cmd = [python or sys.executable, "-m", "exporter", *sim, "-a", f"127.0.0.1:{self.port}"]
+        self.proc = track(
+            subprocess.Popen(
+                [*cmd, *args],
+                cwd=ROOT,
+                env=e,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         )
 
     def get(self, path: str, headers: dict[str, str] | None = None):

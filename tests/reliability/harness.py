@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.procs import ROOT, Exporter, free_port
+from tests.procs import ROOT, Exporter, free_port, track
 
 FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 
@@ -31,13 +31,15 @@ class Node(Exporter):
         sim = ["--simulate", str(fleet)] if fleet else ["--simulate"]
         env = {**os.environ, "NODE_NAME": "sim-node", "PYTHONUNBUFFERED": "1", **(env or {})}
         with open(log_path, "w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "exporter", *sim, "-a", f"127.0.0.1:{self.port}", *args],
-                cwd=ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                text=True,
+            self.proc = track(
+                subprocess.Popen(
+                    [sys.executable, "-m", "exporter", *sim, "-a", f"127.0.0.1:{self.port}", *args],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
             )
 
     def output(self) -> str:
