@@ -50,7 +50,6 @@ class KubeConfig:
     node_name: str
     socket: str
     resource_names: tuple[str, ...] = ()
-    gpu_id_type: str = "uid"
     pod_uid: bool = False
     pod_labels: str | None = None  # allow-list regex of pod label names
     dra: bool = False
