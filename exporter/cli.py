@@ -188,6 +188,7 @@ def _kube_config(r: Resolver, node: str) -> KubeConfig | None:
         return None
     socket, _ = r.flag("pod-resources-kubelet-socket")
     names, _ = r.flag("nvidia-resource-names")
+    # dcgm-exporter's flag, checked and accepted; every ID form is recognised either way
     id_type, src = r.flag("kubernetes-gpu-id-type")
     if id_type not in (None, "uid", "device-name"):
         raise ConfigError(f"{src}: {id_type!r} is not an ID type; use uid or device-name")
@@ -199,7 +200,6 @@ def _kube_config(r: Resolver, node: str) -> KubeConfig | None:
         node_name=node,
         socket=socket or DEFAULT_SOCKET,
         resource_names=tuple(n.strip() for n in (names or "").split(",") if n.strip()),
-        gpu_id_type=id_type or "uid",
         pod_uid=r.dcgm_boolean("kubernetes-enable-pod-uid"),
         pod_labels=check_regex(labels, src) if labels else None,
         dra=dra or r.dcgm_boolean("kubernetes-enable-dra"),

@@ -23,7 +23,7 @@ from exporter.nvml.p2p import P2PReader, P2PSeries
 from exporter.nvml.prime import prime_new_devices
 from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
-from exporter.nvml.session import DeviceLost, DriverGone, Session
+from exporter.nvml.session import DeviceLost, DriverGone, NvmlProblem, Session
 from exporter.snapshot import CollectorResult, Snapshot, Value
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class Collector:
             err = ""
             try:
                 self.xid.watch(inv.gpus)
-            except (DriverGone, RuntimeError) as e:
+            except NvmlProblem as e:
                 err = str(e)
             xid_state = self.xid.state()
             ok = not err and self.xid.healthy

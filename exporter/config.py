@@ -50,16 +50,13 @@ class KubeConfig:
     node_name: str
     socket: str
     resource_names: tuple[str, ...] = ()
-    gpu_id_type: str = "uid"
     pod_uid: bool = False
     pod_labels: str | None = None  # allow-list regex of pod label names
     dra: bool = False
-    dcgm_pod_labels: bool = False  # --kubernetes-enable-pod-labels
-    pod_label_allowlist: tuple[str, ...] = ()  # --kubernetes-pod-label-allowlist-regex
-    host_proc: str = "/proc"
-    timeout_s: float = 5.0
     dcgm_pod_labels: bool = False  # --kubernetes-enable-pod-labels: labels under their own names
     pod_label_allowlist: tuple[str, ...] = ()  # regexes of label names; empty: all labels
+    host_proc: str = "/proc"
+    timeout_s: float = 5.0
     virtual_gpus: bool = False  # --kubernetes-virtual-gpus: one series per pod on shared GPUs
 
 

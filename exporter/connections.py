@@ -18,7 +18,9 @@ import logging
 import re
 import ssl
 from asyncio import sslproto
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -136,7 +138,9 @@ async def _start_tls(
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
     tls = _SmallBuffers(
-        loop, protocol, ctx, waiter, server_side=True, ssl_handshake_timeout=timeout_s,
+        loop, protocol, ctx, waiter, server_side=True,
+        # typeshed says int; asyncio takes any number of seconds (start_tls passes floats)
+        ssl_handshake_timeout=timeout_s,  # type: ignore[arg-type]
         call_connection_made=False, ssl_shutdown_timeout=SHUTDOWN_S,
     )  # fmt: skip
     raw.pause_reading()  # the ClientHello waits until tls is the protocol
@@ -345,8 +349,8 @@ class ConnectionLimit:
         guard.going = True
         self.open.pop(guard, None)
 
-    def spawn(self, coro: object) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

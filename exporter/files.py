@@ -77,7 +77,7 @@ def _kind(mode: int) -> str:
 class _NoAliasLoader(yaml.SafeLoader):
     """SafeLoader that refuses anchors and aliases (config files need neither)."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         anchor = getattr(event, "anchor", None)
         if isinstance(event, yaml.AliasEvent) or anchor is not None:

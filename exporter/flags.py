@@ -136,7 +136,7 @@ class GoBool(argparse.Action):
         parser: argparse.ArgumentParser,
         namespace: argparse.Namespace,
         values: object,
-        option_string: str | None = None,
+        _option_string: str | None = None,
     ) -> None:
         value = True
         if isinstance(values, str):

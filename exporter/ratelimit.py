@@ -1,5 +1,5 @@
-"""Rate-limited logging and capped backoff, shared by the parts that report hostile or
-repeated input (malformed requests, connection floods, failing reloads)."""
+"""Rate-limited logging, shared by the parts that report hostile or repeated input
+(malformed requests, connection floods, failing reloads)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,3 @@ class RateLimited:
         more = f" ({held} more since the last report)" if held else ""
         logger.log(level, msg + "%s", *args, more)
         return True
-
-
-def backoff(attempt: int, base_s: float = 1.0, cap_s: float = 60.0) -> float:
-    """Seconds to wait before retry number ``attempt`` (0-based): doubling, capped."""
-    return min(cap_s, base_s * (2 ** min(attempt, 30)))

@@ -64,7 +64,6 @@ class Hangup:
 
     def __init__(self) -> None:
         self._subscribers: list[asyncio.Event] = []
-        self.received = 0
 
     def subscribe(self, wake: asyncio.Event) -> Callable[[], None]:
         """Set ``wake`` on every SIGHUP; returns the unsubscriber."""
@@ -73,7 +72,6 @@ class Hangup:
 
     def fire(self) -> None:
         """Deliver one SIGHUP (the signal handler; tests call it directly)."""
-        self.received += 1
         for wake in self._subscribers:
             wake.set()
 

@@ -125,7 +125,7 @@ def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
 def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0 for none), sticky like dcgm-exporter."""
     last = dict(fr.snap.xid.last)
-    out = []
+    out: list[str] = []
     for dev, gpu in fr.targets.device:
         x = last.get(gpu, 0)
         more = text.join((("err_code", str(x)), ("err_msg", describe(x))))
@@ -155,7 +155,7 @@ def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: s
     for key, value, n in counts.series:
         by_gpu.setdefault(key, []).append((value, n))
     window = f'window_size_in_ms="{counts.window_ms}"'
-    out = []
+    out: list[str] = []
     for dev, gpu in fr.targets.device:
         for value, n in by_gpu.get(gpu, ()):
             more = f"{text.join(((label, value),))},{window}" if value is not None else window
@@ -189,7 +189,7 @@ def health(spec: MetricSpec, fr: Frame) -> list[str]:
 def p2p(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_EXP_P2P_STATUS{peer_gpu, link_status}: NVML's P2P status code per GPU and peer."""
     got = fr.snap.p2p
-    out = []
+    out: list[str] = []
     for dev, gpu in fr.targets.device:
         for s in got.get(gpu, ()):
             more = text.join((("peer_gpu", str(s.peer_gpu)), ("link_status", s.link_status)))

@@ -6,8 +6,6 @@ from collections.abc import Iterable
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
-Labels = tuple[tuple[str, str], ...]
-
 
 def escape(value: str) -> str:
     """Escape a label value: backslash, double quote and newline."""

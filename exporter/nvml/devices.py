@@ -18,9 +18,11 @@ from typing import Any
 import pynvml as N
 
 from exporter.nvml.fields import Call, Field
-from exporter.nvml.session import DeviceLost, DriverGone, Session, Unavailable
+from exporter.nvml.session import CallFailed, DeviceLost, DriverGone, Session, Unavailable
 
 log = logging.getLogger(__name__)
+
+_GAP = frozenset({N.NVML_ERROR_NOT_FOUND})
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -104,24 +106,20 @@ class Enumerator:
 
     def enumerate(self) -> Inventory:
         """One enumeration pass; raises :class:`DriverGone` if NVML is unusable."""
-        s = self.session
-        try:
-            count = N.nvmlDeviceGetCount()
-        except N.NVMLError as e:
-            raise s.failure("nvmlDeviceGetCount", e) from None
+        count = self.session.run("nvmlDeviceGetCount")
         gpus: list[Device] = []
         mig_enabled: set[str] = set()
         instances: list[Device] = []
         for i in range(count):
             try:
                 gpu = self._gpu(i)
-            except (DeviceLost, RuntimeError) as e:
+            except (DeviceLost, CallFailed) as e:
                 log.debug("GPU %d not answering: %s", i, e)
                 continue
             gpus.append(gpu)
             try:
                 mig = self._mig_instances(gpu)
-            except (DeviceLost, RuntimeError) as e:
+            except (DeviceLost, CallFailed) as e:
                 log.debug("GPU %d MIG enumeration failed: %s", i, e)
                 mig = None
             if mig is not None:
@@ -143,10 +141,7 @@ class Enumerator:
 
     def _gpu(self, index: int) -> Device:
         s = self.session
-        try:
-            handle = N.nvmlDeviceGetHandleByIndex(index)
-        except N.NVMLError as e:
-            raise s.failure("nvmlDeviceGetHandleByIndex", e) from None
+        handle = s.run("nvmlDeviceGetHandleByIndex", index)
         known = self._known.get(_addr(handle))
         if known is not None and known.index == index:
             return known
@@ -177,7 +172,7 @@ class Enumerator:
             assert f.call is not None
             try:
                 raw = self.session.call(f.call, handle)
-            except (Unavailable, RuntimeError) as e:
+            except (Unavailable, CallFailed) as e:
                 self.session.unsupported_field(f.name, uuid, str(e))
                 continue
             out.append((f.name, _text(f.pick(raw) if f.pick else raw)))
@@ -195,12 +190,10 @@ class Enumerator:
         limit = s.call(Call("nvmlDeviceGetMaxMigDeviceCount"), gpu.handle)
         out = []
         for j in range(limit):
-            try:
-                handle = N.nvmlDeviceGetMigDeviceHandleByIndex(gpu.handle, j)
-            except N.NVMLError as e:
-                if e.value == N.NVML_ERROR_NOT_FOUND:
-                    continue  # NVML leaves gaps in the MIG device index space
-                raise s.failure("nvmlDeviceGetMigDeviceHandleByIndex", e) from None
+            # NVML leaves gaps in the MIG device index space (NOT_FOUND)
+            handle = s.run("nvmlDeviceGetMigDeviceHandleByIndex", gpu.handle, j, empty=_GAP)
+            if handle is None:
+                continue
             try:
                 out.append(self._instance(gpu, handle))
             except Unavailable as e:

@@ -7,7 +7,6 @@ arrive; memory stays bounded by the number of distinct codes seen.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import logging
 import threading
@@ -15,15 +14,18 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pynvml as N
 
 from exporter.nvml.devices import Device
-from exporter.nvml.session import Session
+from exporter.nvml.session import NvmlProblem, Session
 
 log = logging.getLogger(__name__)
 
 NO_INSTANCE = 0xFFFFFFFF
+_XID = N.nvmlEventTypeXidCriticalError
+_TIMEOUT = frozenset({N.NVML_ERROR_TIMEOUT})  # no event within the wait
 Key = tuple[str, int | None, int | None, int]  # GPU UUID, GPU instance, compute instance, XID
 WAIT_MS = 500
 LOG_EVERY_S = 60.0
@@ -39,6 +41,11 @@ class XidState:
 
     counts: tuple[tuple[str, int | None, int | None, int, int], ...] = ()
     last: tuple[tuple[str, int], ...] = ()
+
+
+def _addr(handle: Any) -> int:
+    """A device handle's pointer value, the key events are matched by."""
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
 
 
 class XidWatcher:
@@ -63,19 +70,18 @@ class XidWatcher:
             return
         self.stop()
         try:
-            evset = N.nvmlEventSetCreate()
-        except N.NVMLError as e:
+            evset = self.session.run("nvmlEventSetCreate")
+        except NvmlProblem:
             self.healthy = False
-            raise self.session.failure("nvmlEventSetCreate", e) from None
-        by_handle = {}
+            raise
+        by_handle: dict[int, str] = {}
         for g in gpus:
             try:
-                N.nvmlDeviceRegisterEvents(g.handle, N.nvmlEventTypeXidCriticalError, evset)
-            except N.NVMLError as e:
+                self.session.run("nvmlDeviceRegisterEvents", g.handle, _XID, evset)
+            except NvmlProblem as e:
                 log.warning("GPU %d (%s): cannot watch XID events: %s", g.index, g.uuid, e)
-                self.session.failure("nvmlDeviceRegisterEvents", e)
                 continue
-            by_handle[ctypes.cast(g.handle, ctypes.c_void_p).value] = g.uuid
+            by_handle[_addr(g.handle)] = g.uuid
         self._by_handle = by_handle
         self._registered = keys
         self._stop = threading.Event()
@@ -97,21 +103,18 @@ class XidWatcher:
         try:
             while not stop.is_set():
                 try:
-                    data = N.nvmlEventSetWait_v2(evset, WAIT_MS)
-                except N.NVMLError as e:
-                    if e.value == N.NVML_ERROR_TIMEOUT:
-                        continue
-                    self.session.failure("nvmlEventSetWait_v2", e)
+                    data = self.session.run("nvmlEventSetWait_v2", evset, WAIT_MS, empty=_TIMEOUT)
+                except NvmlProblem:  # counted by the session
                     self.healthy = False
                     stop.wait(1.0)  # the driver may be going away; do not spin
                     continue
-                self._record(data)
+                if data is not None:
+                    self._record(data)
         finally:
-            with contextlib.suppress(N.NVMLError):
-                N.nvmlEventSetFree(evset)
+            self.session.release("nvmlEventSetFree", evset)
 
     def _record(self, data: N.c_nvmlEventData_t) -> None:
-        uuid = self._by_handle.get(ctypes.cast(data.device, ctypes.c_void_p).value)
+        uuid = self._by_handle.get(_addr(data.device))
         if uuid is None:
             return
         gi = None if data.gpuInstanceId == NO_INSTANCE else int(data.gpuInstanceId)

@@ -122,8 +122,14 @@ _call("DCGM_FI_DEV_DEC_UTIL", "%", Call("nvmlDeviceGetDecoderUtilization"), lamb
 
 # --- framebuffer: per whole GPU and per MIG instance; bytes -> MiB ---
 _mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo"))
+
+
+def _mib_of(attr: str) -> Callable[[Any], int]:
+    return lambda m: getattr(m, attr) // MIB
+
+
 for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used")):
-    _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, lambda m, a=_attr: getattr(m, a) // MIB, scope=INST)
+    _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, _mib_of(_attr), scope=INST)
 _call("DCGM_FI_DEV_FB_RESERVED", "MiB", _mem, lambda m: m.reserved // MIB, scope=INST)
 
 # --- temperature (C) ---
@@ -303,16 +309,15 @@ _label("DCGM_FI_DEV_SERIAL", Call("nvmlDeviceGetSerial"))
 _label("DCGM_FI_DEV_UUID", Call("nvmlDeviceGetUUID"))
 _label("DCGM_FI_DEV_VBIOS_VERSION", Call("nvmlDeviceGetVbiosVersion"))
 _label("DCGM_FI_DEV_INFOROM_IMAGE_VER", Call("nvmlDeviceGetInforomImageVersion"))
-_label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
-_label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
-_label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
-
 _BRANDS = {
     N.NVML_BRAND_TESLA: "Tesla",
     N.NVML_BRAND_QUADRO: "Quadro",
     N.NVML_BRAND_GEFORCE: "GeForce",
     N.NVML_BRAND_NVIDIA: "NVIDIA",
 }
+_label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
+_label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
+_label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
 
 
 def with_inputs(fields: Iterable[Field]) -> list[Field]:

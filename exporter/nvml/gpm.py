@@ -10,7 +10,6 @@ values are in that same cycle.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,26 +18,31 @@ import pynvml as N
 
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Field, Source
-from exporter.nvml.session import DeviceLost, DriverGone, Session, Unavailable
+from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable
 
 log = logging.getLogger(__name__)
 
 MIN_GAP_S = 0.1  # NVML needs samples at least this far apart
+_TOO_CLOSE = frozenset({N.NVML_ERROR_INVALID_ARGUMENT})  # samples too close together
 
 
 class _State:
-    __slots__ = ("prev", "primed", "spare", "taken")
+    __slots__ = ("prev", "primed", "session", "spare", "taken")
 
-    def __init__(self) -> None:
-        self.prev = N.nvmlGpmSampleAlloc()
-        self.spare = N.nvmlGpmSampleAlloc()
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.prev = session.run("nvmlGpmSampleAlloc")
+        try:
+            self.spare = session.run("nvmlGpmSampleAlloc")
+        except NvmlProblem:
+            session.release("nvmlGpmSampleFree", self.prev)
+            raise
         self.taken = 0.0
         self.primed = False  # prev holds a sample taken MIN_GAP_S before this cycle's
 
     def free(self) -> None:
         for s in (self.prev, self.spare):
-            with contextlib.suppress(N.NVMLError):
-                N.nvmlGpmSampleFree(s)
+            self.session.release("nvmlGpmSampleFree", s)
 
 
 class GpmReader:
@@ -57,11 +61,9 @@ class GpmReader:
         ok = self._support.get(gpu.uuid)
         if ok is None:
             try:
-                ok = bool(N.nvmlGpmQueryDeviceSupport(gpu.handle).isSupportedDevice)
-            except N.NVMLError as e:
-                err = self.session.failure("nvmlGpmQueryDeviceSupport", e)
-                if not isinstance(err, Unavailable):
-                    raise err from None
+                support = self.session.run("nvmlGpmQueryDeviceSupport", gpu.handle)
+                ok = bool(support.isSupportedDevice)
+            except Unavailable:
                 ok = False
             if not ok:
                 where = f"GPU {gpu.index} ({gpu.uuid}, {gpu.model})"
@@ -95,10 +97,9 @@ class GpmReader:
             if dev.key in self._state or not self._supported_quietly(dev):
                 continue
             try:
-                st = self._state[dev.key] = _State()
+                st = self._state[dev.key] = _State(self.session)
                 self._sample(dev, st.prev)
-            except N.NVMLError as e:
-                self.session.count("nvmlGpmSampleGet", e.value)
+            except NvmlProblem:  # counted by the session
                 self.forget([dev.key])
                 continue
             st.taken, st.primed = now, True
@@ -108,15 +109,14 @@ class GpmReader:
     def _supported_quietly(self, dev: Device) -> bool:
         try:
             return self.supported(dev.parent or dev)
-        except (DeviceLost, DriverGone, RuntimeError):  # read() meets it again and reports it
+        except NvmlProblem:  # read() meets it again and reports it
             return False
 
-    @staticmethod
-    def _sample(dev: Device, sample: object) -> None:
+    def _sample(self, dev: Device, sample: object) -> None:
         if dev.parent is not None:
-            N.nvmlGpmMigSampleGet(dev.parent.handle, dev.gi, sample)
+            self.session.run("nvmlGpmMigSampleGet", dev.parent.handle, dev.gi, sample)
         else:
-            N.nvmlGpmSampleGet(dev.handle, sample)
+            self.session.run("nvmlGpmSampleGet", dev.handle, sample)
 
     def read(self, dev: Device, now: float) -> dict[str, float]:
         """Sample ``dev`` and return metrics against its previous sample ({} on the first)."""
@@ -127,28 +127,28 @@ class GpmReader:
         primed = st is not None and st.primed
         try:
             if st is None:
-                st = self._state[dev.key] = _State()
+                st = self._state[dev.key] = _State(self.session)
             elif primed:
                 st.primed = False
             elif now - st.taken < MIN_GAP_S:
                 return {}
             self._sample(dev, st.spare)
-        except N.NVMLError as e:
-            return self._failed("nvmlGpmSampleGet", e)
+        except NvmlProblem as e:
+            return self._failed(e)
         st.prev, st.spare = st.spare, st.prev
         st.taken = now
         if fresh:
             return {}
         return self._metrics(st, quiet=primed)
 
-    def _failed(self, function: str, e: N.NVMLError) -> dict[str, float]:
+    @staticmethod
+    def _failed(err: NvmlProblem) -> dict[str, float]:
         """No GPM values this cycle for a call that failed (counted). A MIG instance
         removed mid-cycle answers NOT_FOUND or INVALID_ARGUMENT: that must not fail the
         other devices' cycle. A lost GPU or a driver gone still propagates."""
-        err = self.session.failure(function, e)
-        if isinstance(err, Unavailable | RuntimeError):
+        if isinstance(err, Unavailable | CallFailed):
             return {}
-        raise err from None
+        raise err
 
     def _request(self) -> N.c_nvmlGpmMetricsGet_t:
         """One request struct, reused: it holds room for every GPM metric (~19 KiB), and
@@ -170,11 +170,11 @@ class GpmReader:
         req.sample1 = st.spare  # older sample
         req.sample2 = st.prev
         try:
-            N.nvmlGpmMetricsGet(req)
-        except N.NVMLError as e:
-            if quiet and e.value == N.NVML_ERROR_INVALID_ARGUMENT:
-                return {}
-            return self._failed("nvmlGpmMetricsGet", e)
+            got = self.session.run("nvmlGpmMetricsGet", req, empty=_TOO_CLOSE if quiet else ())
+        except NvmlProblem as e:
+            return self._failed(e)
+        if got is None:
+            return {}
         out = {}
         for i, f in enumerate(self.fields):
             m = req.metrics[i]

@@ -9,13 +9,15 @@ is read once per set of GPUs. This module produces data; the exposition renders 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import pynvml as N
 
 from exporter.nvml.devices import Device
-from exporter.nvml.session import Session, Unavailable
+from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable
+
+_NVLINK = N.NVML_P2P_CAPS_INDEX_NVLINK
 
 # NVML's nvmlGpuP2PStatus_t codes and dcgm-exporter's names for them
 STATUS_NAMES: dict[int, str] = {
@@ -51,15 +53,11 @@ def p2p_series(matrix: Mapping[tuple[int, int], int]) -> dict[int, tuple[P2PSeri
     return {i: tuple(s) for i, s in out.items()}
 
 
-Query = Callable[[object, object, int], int]
-
-
 class P2PReader:
     """Reads the NVLink P2P status of every GPU pair once per set of GPUs."""
 
-    def __init__(self, session: Session, query: Query | None = None) -> None:
+    def __init__(self, session: Session) -> None:
         self.session = session
-        self._query = query or N.nvmlDeviceGetP2PStatus
         self._gpus: tuple[str, ...] = ()
         self._series: dict[int, tuple[P2PSeries, ...]] = {}
 
@@ -74,12 +72,11 @@ class P2PReader:
                 if a is b:
                     continue
                 try:
-                    matrix[(a.index, b.index)] = int(
-                        self._query(a.handle, b.handle, N.NVML_P2P_CAPS_INDEX_NVLINK)
-                    )
-                except N.NVMLError as e:
-                    err = self.session.failure("nvmlDeviceGetP2PStatus", e)
-                    if not isinstance(err, Unavailable | RuntimeError):
-                        return self._series  # a GPU lost or the driver gone: try next cycle
+                    code = self.session.run("nvmlDeviceGetP2PStatus", a.handle, b.handle, _NVLINK)
+                except (Unavailable, CallFailed):
+                    continue  # counted; this pair is left out
+                except NvmlProblem:
+                    return self._series  # a GPU lost or the driver gone: try next cycle
+                matrix[(a.index, b.index)] = int(code)
         self._gpus, self._series = keys, p2p_series(matrix)
         return self._series

@@ -14,7 +14,7 @@ import pynvml as N
 
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import MIB
-from exporter.nvml.session import Session, Unavailable
+from exporter.nvml.session import CallFailed, Session, Unavailable
 
 _NO_SAMPLES = {N.NVML_ERROR_NOT_FOUND, N.NVML_SUCCESS}  # NVMLError(0): a known pynvml quirk
 
@@ -38,12 +38,9 @@ class ProcessReader:
     def read(self, dev: Device) -> tuple[ProcUse, ...]:
         """Processes on ``dev``; DeviceLost/DriverGone propagate, anything else yields ()."""
         try:
-            procs = N.nvmlDeviceGetComputeRunningProcesses(dev.handle)
-        except N.NVMLError as e:
-            err = self.session.failure("nvmlDeviceGetComputeRunningProcesses", e)
-            if isinstance(err, Unavailable | RuntimeError):
-                return ()
-            raise err from None
+            procs = self.session.run("nvmlDeviceGetComputeRunningProcesses", dev.handle)
+        except (Unavailable, CallFailed):
+            return ()
         except N.NVMLLibraryMismatchError:
             return ()  # bindings newer than the driver's process struct
         memory: dict[int, float | None] = {}
@@ -61,14 +58,13 @@ class ProcessReader:
     def _utilization(self, dev: Device) -> dict[int, float]:
         last = self._last_seen.get(dev.key, 0)
         try:
-            samples = N.nvmlDeviceGetProcessUtilization(dev.handle, last)
-        except N.NVMLError as e:
-            if e.value in _NO_SAMPLES:
-                return {}
-            err = self.session.failure("nvmlDeviceGetProcessUtilization", e)
-            if isinstance(err, Unavailable | RuntimeError):
-                return {}
-            raise err from None
+            samples = self.session.run(
+                "nvmlDeviceGetProcessUtilization", dev.handle, last, empty=_NO_SAMPLES
+            )
+        except (Unavailable, CallFailed):
+            return {}
+        if samples is None:
+            return {}
         per_pid: dict[int, list[int]] = {}
         newest = last
         for s in samples:

@@ -18,7 +18,7 @@ import pynvml as N
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Call, Field, Scope, Source
 from exporter.nvml.rates import Sample, counter_rate
-from exporter.nvml.session import Session, Unavailable
+from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +94,8 @@ class FieldReader:
             if not ids:
                 continue
             try:
-                values = N.nvmlDeviceGetFieldValues(dev.handle, ids)
-            except N.NVMLError as e:
-                self.session.count("nvmlDeviceGetFieldValues", e.value)
+                values = self.session.run("nvmlDeviceGetFieldValues", dev.handle, ids)
+            except NvmlProblem:  # counted by the session
                 continue
             i = 0
             for f in fields:
@@ -128,7 +127,7 @@ class FieldReader:
             except Unavailable as e:
                 self._disable(dev, fields, str(e))
                 continue
-            except RuntimeError:
+            except CallFailed:
                 continue  # counted by the session; try again next cycle
             for f in fields:
                 try:
@@ -139,15 +138,12 @@ class FieldReader:
 
     def _batch(self, dev: Device, plan: _Plan, out: dict[str, Value]) -> None:
         try:
-            values = N.nvmlDeviceGetFieldValues(dev.handle, plan.ids)
-        except N.NVMLError as e:
-            err = self.session.failure("nvmlDeviceGetFieldValues", e)
-            if isinstance(err, Unavailable):
-                self._disable(dev, plan.batch, str(err))
-                return
-            if isinstance(err, RuntimeError):
-                return
-            raise err from None
+            values = self.session.run("nvmlDeviceGetFieldValues", dev.handle, plan.ids)
+        except Unavailable as err:
+            self._disable(dev, plan.batch, str(err))
+            return
+        except CallFailed:
+            return  # counted by the session; try again next cycle
         i = 0
         lacking: list[tuple[Field, str]] = []
         for f in plan.batch:

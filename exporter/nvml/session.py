@@ -1,10 +1,12 @@
 """The one choke point for NVML calls: init, shutdown, and errors turned into outcomes.
 
-Every call goes through :meth:`Session.call`, which counts failures by function
-and code (``gpu_exporter_nvml_errors_total``) and maps NVML's error codes to the
-three things a caller acts on: the value is absent on this device
-(:class:`Unavailable`), the device is gone (:class:`DeviceLost`), or the driver
-is gone and NVML must be re-initialised (:class:`DriverGone`).
+Every pynvml call goes through :meth:`Session.call` (a field's :class:`Call`) or
+:meth:`Session.run` (any other function), which count failures by function and
+code (``gpu_exporter_nvml_errors_total``) and map NVML's error codes to the
+things a caller acts on, all :class:`NvmlProblem`: the value is absent on this
+device (:class:`Unavailable`), the device is gone (:class:`DeviceLost`), the
+driver is gone and NVML must be re-initialised (:class:`DriverGone`), or this
+call failed this time (:class:`CallFailed`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import logging
 import threading
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 import pynvml as N
@@ -31,16 +34,29 @@ _DRIVER = {
 }
 
 
-class Unavailable(Exception):
+class NvmlProblem(Exception):
+    """An NVML call failed: ``function`` is the NVML function, ``code`` NVML's error code."""
+
+    def __init__(self, message: str, function: str = "", code: int = 0) -> None:
+        super().__init__(message)
+        self.function = function
+        self.code = code
+
+
+class Unavailable(NvmlProblem):
     """NVML cannot give this value on this device (NotSupported, or the driver lacks the call)."""
 
 
-class DeviceLost(Exception):
+class DeviceLost(NvmlProblem):
     """The GPU stopped answering (GPU_IS_LOST, reset required)."""
 
 
-class DriverGone(Exception):
+class DriverGone(NvmlProblem):
     """NVML itself is unusable (driver unloaded or replaced); re-initialise."""
+
+
+class CallFailed(NvmlProblem):
+    """Any other error (INVALID_ARGUMENT, UNKNOWN, ...): this call failed; try next cycle."""
 
 
 _CODE_NAMES = {
@@ -75,7 +91,7 @@ class Session:
             self.nvml_version = _text(N.nvmlSystemGetNVMLVersion())
         except N.NVMLError as e:
             self.count("nvmlInit", e.value)
-            raise DriverGone(f"NVML init failed: {e}") from None
+            raise DriverGone(f"NVML init failed: {e}", "nvmlInit", e.value) from None
         self.up = True
 
     def close(self) -> None:
@@ -95,20 +111,41 @@ class Session:
         except N.NVMLError as e:
             if e.value == N.NVML_ERROR_FUNCTION_NOT_FOUND and call.fallback is not None:
                 return self.call(call.fallback, handle)
-            raise self.failure(call.function, e) from None
+            raise self._failure(call.function, e) from None
 
-    def failure(self, function: str, e: N.NVMLError) -> Exception:
+    def run(self, function: str, *args: Any, empty: Collection[int] = ()) -> Any:
+        """``pynvml.<function>(*args)``; a failure is counted and raised as an NvmlProblem.
+
+        ``empty``: codes that are NVML's way of answering "nothing here" (a gap in
+        the MIG device index space, a wait that timed out): for those the result
+        is None and nothing is counted.
+        """
+        try:
+            return getattr(N, function)(*args)
+        except N.NVMLError as e:
+            if e.value in empty:
+                return None
+            raise self._failure(function, e) from None
+
+    def release(self, function: str, *args: Any) -> None:
+        """Free an NVML object, best effort: a failure is neither raised nor counted
+        (a reloaded driver no longer knows objects of the old one)."""
+        with contextlib.suppress(N.NVMLError):
+            getattr(N, function)(*args)
+
+    def _failure(self, function: str, e: N.NVMLError) -> NvmlProblem:
         """Count an NVML error and turn it into the exception a caller acts on."""
         code = e.value
         self.count(function, code)
+        kind: type[NvmlProblem] = CallFailed
         if code in _UNAVAILABLE:
-            return Unavailable(f"{function}: {code_name(code)}")
-        if code in _LOST:
-            return DeviceLost(f"{function}: {code_name(code)}")
-        if code in _DRIVER:
+            kind = Unavailable
+        elif code in _LOST:
+            kind = DeviceLost
+        elif code in _DRIVER:
             self.up = False
-            return DriverGone(f"{function}: {code_name(code)}")
-        return RuntimeError(f"{function}: {code_name(code)}")
+            kind = DriverGone
+        return kind(f"{function}: {code_name(code)}", function, code)
 
     def count(self, function: str, code: int) -> None:
         """Count one failed call (gpu_exporter_nvml_errors_total)."""

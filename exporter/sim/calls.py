@@ -13,15 +13,17 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-Impl = Callable[..., int]
+Impl = Callable[..., int]  # returns an nvmlReturn code
+RawImpl = Callable[..., int | bytes]  # nvmlErrorString returns the message (a char*)
+ImplT = TypeVar("ImplT", Impl, RawImpl)
 
 
 @dataclass(frozen=True)
 class Call:
     name: str
-    impl: Impl
+    impl: Callable[..., Any]  # Impl, or RawImpl for kind "raw"
     kind: str  # "system" | "device" | "raw"
     mig: bool = False
 
@@ -29,8 +31,8 @@ class Call:
 FUNCTIONS: dict[str, Call] = {}
 
 
-def _register(kind: str, names: tuple[str, ...], mig: bool = False) -> Callable[[Impl], Impl]:
-    def deco(impl: Impl) -> Impl:
+def _register(kind: str, names: tuple[str, ...], mig: bool = False) -> Callable[[ImplT], ImplT]:
+    def deco(impl: ImplT) -> ImplT:
         for name in names:
             if name in FUNCTIONS:
                 raise RuntimeError(f"{name} is implemented twice")
@@ -50,7 +52,7 @@ def device(*names: str, mig: bool = False) -> Callable[[Impl], Impl]:
     return _register("device", names, mig)
 
 
-def raw(*names: str) -> Callable[[Impl], Impl]:
+def raw(*names: str) -> Callable[[RawImpl], RawImpl]:
     """impl(driver, *c_args) -> nvmlReturn."""
     return _register("raw", names)
 

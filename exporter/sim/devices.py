@@ -105,13 +105,34 @@ class Device:
     def __post_init__(self) -> None:
         self._buf, self.key = new_handle()
 
+    @property
+    def gpu(self) -> GpuState:
+        """The physical GPU (itself, or a MIG device's parent)."""
+        raise NotImplementedError
 
-@dataclass(eq=False)
+    def memory(self) -> tuple[int, int, int, int]:
+        """(total, reserved, free, used) bytes."""
+        raise NotImplementedError
+
+    def process_rows(self) -> list[tuple[ProcessSpec, int, int]]:
+        """(process, GPU instance id, compute instance id) per running process."""
+        raise NotImplementedError
+
+    def traffic_share(self) -> float:
+        """This device's share (0..1) of its GPU's PCIe/NVLink traffic."""
+        raise NotImplementedError
+
+
+@dataclass(eq=False, kw_only=True)
 class MigState(Device):
     """One MIG device (GPU instance + compute instance) under a parent GPU."""
 
-    gpu: GpuState | None = field(default=None, repr=False)
-    spec: MigSpec | None = None
+    parent: GpuState = field(repr=False)
+    spec: MigSpec
+
+    @property
+    def gpu(self) -> GpuState:
+        return self.parent
 
     @property
     def gi(self) -> int:
@@ -138,17 +159,17 @@ class MigState(Device):
         return self.spec.profile.slices / COMPUTE_SLICES
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class GpuState(Device):
     """One physical GPU: identity, MIG layout, counters and injected faults."""
 
-    spec: GpuSpec | None = None
-    model: GpuModel | None = None
+    spec: GpuSpec
+    model: GpuModel
     index: int = 0
     migs: list[MigState] = field(default_factory=list)
     mig_enabled: bool = False
     mig_generation: int = 0
-    power: Wave | None = None
+    power: Wave = field(init=False)  # set by build(), once the MIG layout is known
     energy_offset_mj: float = 0.0
     ecc_volatile: list[int] = field(default_factory=lambda: [0, 0])  # [corrected, uncorrected]
     ecc_aggregate: list[int] = field(default_factory=lambda: [0, 0])
@@ -227,7 +248,7 @@ class GpuState(Device):
                     processes=s.processes,
                     used_mib=memory_in_use_mib(s.load, s.processes),
                     is_mig=True,
-                    gpu=self,
+                    parent=self,
                     spec=s,
                 )
             )

@@ -86,9 +86,20 @@ class FaultKind:
         raise NotImplementedError
 
 
+def _at(f: Fault) -> float:
+    """When a due fault happens (the driver sets `at` on injection)."""
+    assert f.at is not None, "a due fault has its time"
+    return f.at
+
+
 def _end(f: Fault) -> float:
-    assert f.at is not None
-    return math.inf if f.duration is None else f.at + f.duration
+    return math.inf if f.duration is None else _at(f) + f.duration
+
+
+def _need(value: Any, key: str) -> Any:
+    """A key that parse() made required for this kind."""
+    assert value is not None, f"parse() requires '{key}'"
+    return value
 
 
 class Lost(FaultKind):
@@ -118,7 +129,7 @@ class NotSupported(FaultKind):
             if f.function is not None:
                 g.unsupported_functions.add(f.function)
             else:
-                g.unsupported_fields.add(f.field)
+                g.unsupported_fields.add(_need(f.field, "field"))
 
 
 class Slow(FaultKind):
@@ -138,7 +149,7 @@ class Slow(FaultKind):
 
     def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
         assert f.function is not None
-        rule = (f.gpu, f.seconds, f.at, _end(f))
+        rule = (f.gpu, _need(f.seconds, "seconds"), _at(f), _end(f))
         driver.slow_rules.setdefault(f.function, []).append(rule)
 
 
@@ -185,7 +196,7 @@ class Xid(FaultKind):
             ci = mig.ci if mig is not None else 0
         xid = pynvml.nvmlEventTypeXidCriticalError
         for _ in range(f.count):
-            driver.events.publish(gpu, xid, f.xid, f.at, f.gi, ci)
+            driver.events.publish(gpu, xid, _need(f.xid, "xid"), _at(f), f.gi, ci)
 
 
 class MigReconfigure(FaultKind):
@@ -197,7 +208,8 @@ class MigReconfigure(FaultKind):
             ctx.fail(None, "mig_reconfigure faults need 'mig' (the new layout, or false)")
         if not ctx.model.mig_capable:
             ctx.fail("gpu", f"{ctx.model.name} has no MIG")
-        return {"mig": ctx.parse_layout(ctx.raw["mig"], join(ctx.path, "mig"), ctx.gpu)}
+        gpu = _need(ctx.gpu, "gpu")
+        return {"mig": ctx.parse_layout(ctx.raw["mig"], join(ctx.path, "mig"), gpu)}
 
     def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
         assert gpu is not None
@@ -205,7 +217,7 @@ class MigReconfigure(FaultKind):
             driver.handles.pop(m.key, None)  # unknown handles: INVALID_ARGUMENT, as stale ones
         for m in gpu.migs:
             driver.register(m)
-        driver.events.publish(gpu, pynvml.nvmlEventMigConfigChange, 0, f.at)
+        driver.events.publish(gpu, pynvml.nvmlEventMigConfigChange, 0, _at(f))
 
 
 class EccDbe(FaultKind):
@@ -218,7 +230,8 @@ class EccDbe(FaultKind):
         return {"count": ctx.get("count", ctx.reader.integer, lo=1) or 1}
 
     def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
-        assert gpu is not None and f.at is not None
+        assert gpu is not None
+        at = _at(f)
         gpu.ecc_volatile[1] += f.count
         gpu.ecc_aggregate[1] += f.count
         if gpu.model.features.row_remapping:
@@ -228,9 +241,9 @@ class EccDbe(FaultKind):
             cause = pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
             for _ in range(f.count):
                 address = 0x1F0000 + 0x1000 * (len(gpu.retired_pages) + 17 * gpu.index)
-                gpu.retired_pages.append((address, driver.epoch_us(f.at), cause))
+                gpu.retired_pages.append((address, driver.epoch_us(at), cause))
             gpu.retired_pending = 1
-        driver.events.publish(gpu, pynvml.nvmlEventTypeDoubleBitEccError, 0, f.at)
+        driver.events.publish(gpu, pynvml.nvmlEventTypeDoubleBitEccError, 0, at)
 
 
 class Overheat(FaultKind):
@@ -246,7 +259,7 @@ class Overheat(FaultKind):
 
     def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
         assert gpu is not None
-        gpu.overheats.append((f.at, _end(f), f.temp_c))
+        gpu.overheats.append((_at(f), _end(f), _need(f.temp_c, "temp_c")))
 
 
 KINDS: dict[str, FaultKind] = {

@@ -125,7 +125,8 @@ class _Loader:
         data = r.mapping(data, "", _TOP_KEYS, ("gpus",))
         self.hostname = r.string(data.get("hostname", "sim-node"), "hostname")
         driver = r.string(data.get("driver_version", "580.95.05"), "driver_version")
-        major = int(re.match(r"\d*", driver).group() or 0)
+        digits = re.match(r"\d+", driver)
+        major = int(digits.group()) if digits else 0
         cuda_default = 13000 if major >= 580 else 12000
         cuda = r.integer(
             data.get("cuda_driver_version", cuda_default), "cuda_driver_version", lo=1000
@@ -257,8 +258,8 @@ class _Loader:
             )
         try:
             placed = miglayout.place(model, requests)
-        except miglayout.LayoutError as e:
-            r.fail(path if e.index is None else join(path, e.index), str(e))
+        except miglayout.LayoutError as err:
+            r.fail(path if err.index is None else join(path, err.index), str(err))
 
         specs = []
         for i, (e, (profile, _), (start, gi)) in enumerate(

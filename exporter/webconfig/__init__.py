@@ -18,9 +18,10 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from exporter import signals
 from exporter.webconfig.auth import basic_credentials
@@ -65,15 +66,11 @@ PROBES = frozenset({"/health", "/ready"})
 WEB = web.AppKey("web_config", WebState)
 AUTHENTICATED = "gpu_exporter_authenticated"
 """Request key: True when the request passed basic auth (or none is configured)."""
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def authenticated(request: web.Request) -> bool:
     """Whether the request proved who it is (or the server asks no one)."""
     return bool(request.get(AUTHENTICATED, True))
-
-
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 def _guard(excluded: frozenset[str]) -> Middleware:

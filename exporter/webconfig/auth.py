@@ -67,7 +67,6 @@ class Authenticator:
         self._pending = 0
         self._cache: OrderedDict[bytes, bool] = OrderedDict()
         self._cache_size = cache
-        self.busy_refusals = 0  # requests answered 503 because the queue was full
 
     async def authorized(self, users: Mapping[str, bytes], header: str | None) -> bool | None:
         """True/False: whether ``header`` carries a user of ``users`` and its password.
@@ -83,7 +82,6 @@ class Authenticator:
             self._cache.move_to_end(key)
             return cached and hashed is not None
         if self._pending >= self._max_pending:
-            self.busy_refusals += 1
             return None
         self._pending += 1
         try:

@@ -1,0 +1,121 @@
+"""The shape of the package: small modules, and imports that never go round in a circle."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PACKAGE = ROOT / "exporter"
+GENERATED = PACKAGE / "kube" / "generated"  # protoc's output, not written by hand
+MAX_LINES = 400
+
+
+def _sources() -> dict[str, Path]:
+    """Module name -> file, for every hand-written module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if GENERATED in path.parents:
+            continue
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _load_time(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Statements run when the module is imported: not in functions or under TYPE_CHECKING."""
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        yield node
+        if isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _load_time(node.body)
+            yield from _load_time(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody):
+                yield from _load_time(block)
+            for handler in node.handlers:
+                yield from _load_time(handler.body)
+        elif isinstance(node, ast.With | ast.ClassDef):
+            yield from _load_time(node.body)
+
+
+def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports at load time."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in _load_time(ast.parse(path.read_text(), str(path)).body):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.add(sub if sub in modules else base)
+    return (out & modules) - {name}
+
+
+def _graph() -> dict[str, set[str]]:
+    sources = _sources()
+    modules = set(sources)
+    return {name: _imports(name, path, modules) for name, path in sources.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path that ends where it starts, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_no_module_over_400_lines():
+    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sources().values()}
+    long = {name: n for name, n in lines.items() if n > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them by concern): {long}"
+
+
+def test_no_import_cycles():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_the_checks_see_the_package():
+    """The graph holds the modules and edges the two tests above rely on."""
+    graph = _graph()
+    assert len(graph) > 50 and "exporter.nvml.session" in graph
+    assert "exporter.nvml.session" in graph["exporter.nvml.devices"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
