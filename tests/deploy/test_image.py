@@ -206,7 +206,8 @@ def test_runs_with_simulate_and_is_scraped_from_the_host(container):
     finally:
         log = _stop(proc)
     assert 'Hostname="image-node"' in text
-    assert text.count("DCGM_FI_DEV_GPU_TEMP{") == 8
+    # -d f: 6 whole GPUs and the 11 MIG instances of the 2 MIG GPUs
+    assert text.count("DCGM_FI_DEV_GPU_TEMP{") == 17
     assert "gpu_exporter_build_info{" in text
     assert "Traceback" not in log
 
