@@ -1,34 +1,39 @@
 """Marks the slow tests, so that ``python3 -m pytest -m "not slow"`` is a quick check.
 
-Slow means: starts the exporter or a real server (Prometheus, Alertmanager) as a
-subprocess, builds an image, soaks, or attacks and faults a running process. The
-full suite, ``python3 -m pytest -q``, still runs every test.
+Slow means: starts the exporter, Prometheus or Alertmanager as a process, builds
+the image, renders every manifest, soaks, fuzzes, or attacks and faults a running
+exporter. The full suite, ``python3 -m pytest -q``, still runs every test.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-TESTS = Path(__file__).parent
-# Whole directories of subprocess end-to-end tests.
-SLOW_DIRS = {"e2e", "reliability"}
-# Single files (relative to tests/) that start processes or real servers; any file
-# named *_e2e.py is slow too.
-SLOW_FILES = {
-    "deploy/test_image.py",  # builds the container image (buildah) and runs it
-    "deploy/test_annotation_scrape.py",  # real Prometheus scraping the exporter
-    "unit/test_cli_startup.py",  # the exporter started with dcgm-exporter's CSVs
-}
+# Test ids (relative to the repository root) starting with one of these are slow;
+# so is every test in a file named *_e2e.py.
+SLOW = (
+    "tests/e2e/",  # the exporter as a subprocess, scraped by a real Prometheus
+    "tests/reliability/",  # attacks, faults, hangs, signals and the soak
+    "tests/fuzz/",  # hypothesis searches
+    "tests/benchmarks/",  # runs the benchmark suite's quick mode
+    "tests/deploy/test_image.py",  # builds the container image (buildah) and runs it
+    "tests/deploy/test_annotation_scrape.py",  # a real Prometheus scraping the exporter
+    "tests/deploy/test_deploy_doc.py",  # kubectl kustomize on the guide's own site
+    "tests/deploy/test_manifests.py::test_core_objects_validate_strictly",  # every version
+    "tests/alerts/test_alert_rules.py::test_promtool_unit_tests_pass",
+    "tests/alerts/test_alertmanager_config.py::test_inhibitions_in_a_real_alertmanager",
+    "tests/alerts/test_alertmanager_config.py::test_every_alert_rule_reaches_its_receiver",
+    "tests/kube/test_hostile_api.py",  # 100,000-pod lists and watches
+    "tests/unit/test_cli_startup.py",  # the exporter started with dcgm-exporter's CSVs
+    "tests/web/test_tls.py",  # exporters over TLS, certificate rotation, a real Prometheus
+)
 
 
-def _slow(path: Path) -> bool:
-    rel = path.relative_to(TESTS)
-    return rel.parts[0] in SLOW_DIRS or rel.as_posix() in SLOW_FILES or rel.stem.endswith("_e2e")
+def _slow(nodeid: str) -> bool:
+    return nodeid.startswith(SLOW) or nodeid.split("::")[0].endswith("_e2e.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _slow(Path(item.path)):
+        if _slow(item.nodeid):
             item.add_marker(pytest.mark.slow)
