@@ -19,11 +19,13 @@ SLOW = (
     "tests/deploy/test_image.py",  # builds the container image (buildah) and runs it
     "tests/deploy/test_annotation_scrape.py",  # a real Prometheus scraping the exporter
     "tests/deploy/test_deploy_doc.py",  # kubectl kustomize on the guide's own site
+    "tests/deploy/test_generated.py",  # kubectl kustomize on every overlay
     "tests/deploy/test_manifests.py::test_core_objects_validate_strictly",  # every version
     "tests/alerts/test_alert_rules.py::test_promtool_unit_tests_pass",
     "tests/alerts/test_alertmanager_config.py::test_inhibitions_in_a_real_alertmanager",
     "tests/alerts/test_alertmanager_config.py::test_every_alert_rule_reaches_its_receiver",
     "tests/kube/test_hostile_api.py",  # 100,000-pod lists and watches
+    "tests/unit/test_cli_inputs.py",  # every bad input through the command line, a process each
     "tests/unit/test_cli_startup.py",  # the exporter started with dcgm-exporter's CSVs
     "tests/web/test_tls.py",  # exporters over TLS, certificate rotation, a real Prometheus
 )
