@@ -101,7 +101,7 @@ class Process:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log
-        self._out: IO[bytes] = log.open("wb") if log else tempfile.TemporaryFile()  # noqa: SIM115
+        self._out: IO[bytes] = log.open("w+b") if log else tempfile.TemporaryFile()  # noqa: SIM115
         self._final = ""  # the output, kept when stop() closes the file
         self.proc = subprocess.Popen(
             self.argv,
