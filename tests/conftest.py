@@ -7,7 +7,11 @@ faults a running exporter. The full suite, ``python3 -m pytest -q``, still runs 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+ROOT = Path(__file__).parent.parent
 
 # Test ids (relative to the repository root) starting with one of these are slow;
 # so is every test in a file named *_e2e.py.
@@ -29,6 +33,20 @@ SLOW = (
 
 def _slow(nodeid: str) -> bool:
     return nodeid.startswith(SLOW) or nodeid.split("::")[0].endswith("_e2e.py")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``-m "not slow"``, files that hold only slow tests are not even imported."""
+    if " ".join(config.option.markexpr.split()) != "not slow":
+        return None
+    try:
+        rel = collection_path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+    whole = [s for s in SLOW if "::" not in s]
+    if any(rel == s.rstrip("/") or rel.startswith(s) for s in whole) or rel.endswith("_e2e.py"):
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
