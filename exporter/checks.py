@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import socket
 import sys
@@ -16,6 +17,8 @@ log = logging.getLogger("exporter")
 MAX_LINE = 200  # characters of one --check listing line
 MAX_ERROR = 400  # characters of one error message (a long value is cut in the middle)
 KUBELET_TIMEOUT_S = 2.0
+# What -k imports (module: distribution), the optional "kube" extra in pyproject.toml.
+KUBE_MODULES = {"grpc": "grpcio", "google.protobuf": "protobuf", "kubernetes": "kubernetes"}
 
 
 def one_line(text: str, limit: int = MAX_ERROR) -> str:
@@ -60,10 +63,27 @@ def address_problem(host: str, port: int) -> str | None:
     return None
 
 
+def kube_extra_problem() -> str | None:
+    """Why -k cannot run here (a package of the "kube" extra is not installed), or None."""
+    for name, dist in KUBE_MODULES.items():
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or blocked in sys.modules
+            found = False
+        if not found:
+            return (
+                f"-k (--kubernetes) needs the Python package {dist} ({name} cannot be "
+                "imported): pip install gpu-exporter[kube]"
+            )
+    return None
+
+
 def validate(cfg: Config) -> tuple[Catalog | None, list[str]]:
     """Check the address and load every file a start needs: the catalog, one line per problem."""
     problems: list[str] = []
     catalog = None
+    if cfg.kube is not None and (problem := kube_extra_problem()):
+        problems.append(problem)
     problem = address_problem(cfg.host, cfg.port)
     if problem:
         problems.append(problem)

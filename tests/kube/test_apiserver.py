@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-kubernetes = pytest.importorskip("kubernetes")
+kubernetes = pytest.importorskip(
+    "kubernetes", reason="the kube extra is not installed: pip install -e '.[test]'"
+)
 
 from exporter.kube.apiserver import PodWatcher, Timing, sanitize_label_name  # noqa: E402
 from exporter.kube.cgroups import container_of  # noqa: E402
@@ -482,6 +484,8 @@ def test_importing_the_module_does_not_import_kubernetes():
     ],
 )
 def test_fixtures_are_valid_kubernetes_objects(fixture, version):
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = pytest.importorskip(
+        "kubernetes_validate", reason="a test dependency: pip install -e '.[test]'"
+    )
     for obj in load(fixture):
         kv.validate(obj, version, strict=True)

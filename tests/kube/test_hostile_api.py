@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-kubernetes = pytest.importorskip("kubernetes")
+kubernetes = pytest.importorskip(
+    "kubernetes", reason="the kube extra is not installed: pip install -e '.[test]'"
+)
 
 from exporter.kube import limits  # noqa: E402
 from exporter.kube.apiserver import PodWatcher  # noqa: E402

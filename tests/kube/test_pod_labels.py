@@ -10,7 +10,9 @@ import json
 
 import pytest
 
-pytest.importorskip("kubernetes")
+pytest.importorskip(
+    "kubernetes", reason="the kube extra is not installed: pip install -e '.[test]'"
+)
 
 from exporter import sim
 from exporter.catalog import load

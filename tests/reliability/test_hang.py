@@ -14,13 +14,14 @@ import time
 from datetime import datetime
 
 from tests.exposition import find
-from tests.procs import http_get, wait_until
-from tests.reliability.harness import FIXTURES, Node
+from tests.procs import ROOT, Exporter, http_get, wait_until
+
+FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 
 HANG_S = 60
 
 
-def scrape(node: Node) -> tuple[float, str]:
+def scrape(node: Exporter) -> tuple[float, str]:
     t0 = time.perf_counter()
     status, headers, body = http_get(node.url + "/metrics", timeout=2.0)
     took = time.perf_counter() - t0
@@ -33,13 +34,13 @@ def value(text: str, name: str, **labels: str) -> float:
 
 
 def test_a_60_s_nvml_hang(tmp_path):
-    node = Node(
-        tmp_path / "exporter.log",
+    node = Exporter(
         "-c",
         "500",
         "--collect-timeout",
         "1000",
         fleet=FIXTURES / "hang.yaml",
+        log=tmp_path / "exporter.log",
     )
     try:
         node.wait_ready()

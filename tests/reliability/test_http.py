@@ -20,13 +20,12 @@ import pytest
 
 from exporter.config import DEFAULT_HTTP_MAX_HEADER_BYTES
 from exporter.server import wants_gzip
-from tests.procs import wait_until
-from tests.reliability.harness import Node
+from tests.procs import Exporter, wait_until
 
 TIMEOUT_MS = 2000
 
 
-def raw(node: Node, data: bytes, timeout: float = 5.0) -> bytes:
+def raw(node: Exporter, data: bytes, timeout: float = 5.0) -> bytes:
     """Send bytes, read until the server closes (or ``timeout``)."""
     with node.connect(timeout) as s:
         s.sendall(data)
@@ -43,7 +42,7 @@ def status_of(response: bytes) -> int:
     return int(response.split(b" ", 2)[1]) if response.startswith(b"HTTP/") else 0
 
 
-def scrape_ms(node: Node) -> float:
+def scrape_ms(node: Exporter) -> float:
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", node.port, timeout=5)
     try:
@@ -57,9 +56,11 @@ def scrape_ms(node: Node) -> float:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory) -> Iterator[Node]:
+def node(tmp_path_factory) -> Iterator[Exporter]:
     log = tmp_path_factory.mktemp("http") / "exporter.log"
-    n = Node(log, "-c", "1000", "--http-timeout", str(TIMEOUT_MS), "--max-connections", "100")
+    n = Exporter(
+        "-c", "1000", "--http-timeout", str(TIMEOUT_MS), "--max-connections", "100", log=log
+    )
     n.wait_ready()
     n.rss_at_start = n.rss_mib()
     yield n
@@ -112,7 +113,7 @@ def test_more_connections_than_the_limit(node):
     room, a scrape still gets through, memory and open files stay bounded."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < 2200:
-        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < 2200")
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < 2200: raise it (ulimit -Hn) to run this")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 4096), hard))
     rss0, fds0 = node.rss_mib(), node.open_files()
     socks = []
@@ -311,7 +312,7 @@ def test_junk_basic_auth_is_401_not_500(tmp_path):
     hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
     web = tmp_path / "web.yaml"
     web.write_text(f"basic_auth_users:\n  prometheus: {hashed}\n")
-    n = Node(tmp_path / "log", "-c", "1000", "--web-config-file", str(web))
+    n = Exporter("-c", "1000", "--web-config-file", str(web), log=tmp_path / "log")
     n.wait_ready()
     try:
         for junk in (b"Basic \x80\xff", b"Basic \xc3\xa9t\xc3\xa9", b"Basic ====", b"Basic"):

@@ -25,8 +25,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from tests.procs import http_get, wait_until
-from tests.reliability.harness import Node
+from tests.procs import Exporter, http_get, wait_until
 from tests.web.certs import CA
 
 RSS_MIB = 96
@@ -36,7 +35,7 @@ FRESH = re.compile(rb"^gpu_exporter_last_collection_success_timestamp_seconds (\
 class Baseline:
     """What the exporter looked like before the attack: log lines and open fds."""
 
-    def __init__(self, node: Node, auth: str | None = None) -> None:
+    def __init__(self, node: Exporter, auth: str | None = None) -> None:
         self.node = node
         self.auth = auth
         self.lines = len(node.output().splitlines())
@@ -62,7 +61,7 @@ class Baseline:
         assert len(grown) <= extra_lines, grown
 
 
-def scrape(node: Node, ctx: ssl.SSLContext | None = None, auth: str | None = None):
+def scrape(node: Exporter, ctx: ssl.SSLContext | None = None, auth: str | None = None):
     """(status, body) of /metrics, over TLS with ``ctx``."""
     import http.client
 
@@ -78,7 +77,7 @@ def scrape(node: Node, ctx: ssl.SSLContext | None = None, auth: str | None = Non
         conn.close()
 
 
-def _get_tls(node: Node, path: str, ctx: ssl.SSLContext) -> int:
+def _get_tls(node: Exporter, path: str, ctx: ssl.SSLContext) -> int:
     import http.client
 
     conn = http.client.HTTPSConnection("127.0.0.1", node.port, timeout=5, context=ctx)
@@ -91,7 +90,7 @@ def _get_tls(node: Node, path: str, ctx: ssl.SSLContext) -> int:
         conn.close()
 
 
-def answered_within(node: Node, seconds: float, **kwargs: object) -> float:
+def answered_within(node: Exporter, seconds: float, **kwargs: object) -> float:
     t0 = time.monotonic()
     status, _ = scrape(node, **kwargs)  # type: ignore[arg-type]
     took = time.monotonic() - t0
@@ -100,7 +99,7 @@ def answered_within(node: Node, seconds: float, **kwargs: object) -> float:
     return took
 
 
-def sockets(node: Node, n: int) -> list[socket.socket]:
+def sockets(node: Exporter, n: int) -> list[socket.socket]:
     out = []
     for _ in range(n):
         try:
@@ -110,7 +109,7 @@ def sockets(node: Node, n: int) -> list[socket.socket]:
     return out
 
 
-def peak(node: Node) -> str:
+def peak(node: Exporter) -> str:
     return f"RSS {node.rss_mib():.1f} MiB, peak {node.status('VmHWM') / 1024:.1f} MiB"
 
 
@@ -122,7 +121,7 @@ def close_all(socks: list[socket.socket]) -> None:
 @pytest.fixture
 def stop_after(request):
     """Stops the node at the end and checks SIGTERM was not delayed (< 3 s)."""
-    nodes: list[Node] = []
+    nodes: list[Exporter] = []
     yield nodes.append
     for node in nodes:
         if node.proc.poll() is None:
@@ -138,9 +137,9 @@ def test_tls_handshake_flood(tmp_path, stop_after):
     (tmp_path / "ca.crt").write_bytes(ca.pem)
     web = tmp_path / "web.yaml"
     web.write_text("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n")
-    node = Node(
-        tmp_path / "log", "-c", "500", "--web-config-file", str(web),
-        "--max-connections", "64", "--http-timeout", "3000",
+    node = Exporter(
+        "-c", "500", "--web-config-file", str(web),
+        "--max-connections", "64", "--http-timeout", "3000", log=tmp_path / "log",
     )  # fmt: skip
     stop_after(node)
     ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
@@ -169,8 +168,8 @@ def test_tls_handshake_flood(tmp_path, stop_after):
 def test_header_flood_and_slowloris(tmp_path, stop_after):
     """Headers under the budget but never finished, headers over it (431), and headers a
     byte at a time: memory and fds stay bounded, a scrape is answered within 1 s."""
-    node = Node(
-        tmp_path / "log", "-c", "500", "--max-connections", "100", "--http-timeout", "2000",
+    node = Exporter(
+        "-c", "500", "--max-connections", "100", "--http-timeout", "2000", log=tmp_path / "log",
     )  # fmt: skip
     stop_after(node)
     node.wait_ready()
@@ -212,9 +211,9 @@ def test_header_flood_and_slowloris(tmp_path, stop_after):
 def test_clients_that_never_read(tmp_path, stop_after):
     """Clients that pipeline requests and never read are cut off after the write timeout;
     their fds are returned and SIGTERM is not delayed by them."""
-    node = Node(
-        tmp_path / "log", "-c", "500", "--max-connections", "100",
-        "--http-write-timeout", "1500", "--http-timeout", "5000",
+    node = Exporter(
+        "-c", "500", "--max-connections", "100",
+        "--http-write-timeout", "1500", "--http-timeout", "5000", log=tmp_path / "log",
     )  # fmt: skip
     node.wait_ready()
     base = Baseline(node)
@@ -256,7 +255,7 @@ def test_wrong_password_flood_after_a_reload(tmp_path, stop_after):
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(10)).decode()
     web = tmp_path / "web.yaml"
     web.write_text(f"basic_auth_users:\n  prom: {hashed}\n")
-    node = Node(tmp_path / "log", "-c", "500", "--web-config-file", str(web))
+    node = Exporter("-c", "500", "--web-config-file", str(web), log=tmp_path / "log")
     stop_after(node)
     good = _basic("prom", "secret")
     node.wait_ready()  # /ready needs no password; the first cycle is done
@@ -305,7 +304,7 @@ def test_truncated_web_config_keeps_basic_auth(tmp_path, stop_after):
         f"basic_auth_users:\n  prom: {hashed}\n"
     )
     web.write_text(full)
-    node = Node(tmp_path / "log", "-c", "500", "--web-config-file", str(web))
+    node = Exporter("-c", "500", "--web-config-file", str(web), log=tmp_path / "log")
     stop_after(node)
     good = _basic("prom", "secret")
     node.wait_ready()  # /ready needs no password; the first cycle is done
@@ -327,7 +326,7 @@ def test_fifo_as_metrics_file_on_reload(tmp_path, stop_after):
 
     metrics = tmp_path / "metrics.csv"
     metrics.write_text(Path(default_metrics_file()).read_text())
-    node = Node(tmp_path / "log", "-c", "500", "-f", str(metrics))
+    node = Exporter("-c", "500", "-f", str(metrics), log=tmp_path / "log")
     node.wait_ready()
     base = Baseline(node)
     metrics.unlink()
@@ -356,7 +355,7 @@ def test_sighup_storm(tmp_path, stop_after):
     hashed = bcrypt.hashpw(b"secret", bcrypt.gensalt(10)).decode()
     web = tmp_path / "web.yaml"
     web.write_text(f"basic_auth_users:\n  prom: {hashed}\n")
-    node = Node(tmp_path / "log", "-c", "500", "--web-config-file", str(web))
+    node = Exporter("-c", "500", "--web-config-file", str(web), log=tmp_path / "log")
     stop_after(node)
     good = _basic("prom", "secret")
     node.wait_ready()  # /ready needs no password; the first cycle is done
@@ -380,7 +379,7 @@ def test_sighup_storm(tmp_path, stop_after):
 def test_half_closed_requests_get_an_answer_or_a_clean_close(tmp_path, stop_after):
     """A client that sends its request and shuts down its sending side gets the whole
     response; one that half-closes in the middle of its headers gets a clean close."""
-    node = Node(tmp_path / "log", "-c", "500")
+    node = Exporter("-c", "500", log=tmp_path / "log")
     stop_after(node)
     node.wait_ready()
     base = Baseline(node)

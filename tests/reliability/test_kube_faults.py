@@ -20,8 +20,7 @@ import pytest
 from tests.exposition import find
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
-from tests.procs import ROOT, http_get, wait_until
-from tests.reliability.harness import Node
+from tests.procs import ROOT, Exporter, http_get, wait_until
 
 ENTITIES = 6 + 7 + 4  # whole GPUs 0-5, seven instances on GPU 6, four on GPU 7
 
@@ -53,7 +52,7 @@ def kubeconfig(path, url: str):
 class Watch(threading.Thread):
     """Scrapes every 100 ms and notes any scrape that lacks a device or is slow."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Exporter) -> None:
         super().__init__(daemon=True)
         self.node = node
         self.stop = threading.Event()
@@ -79,9 +78,9 @@ class Watch(threading.Thread):
 
 
 def test_gpu_series_survive_every_kubelet_fault(tmp_path, kubelet):
-    node = Node(
-        tmp_path / "log", "-c", "300", "-k", "--pod-resources-kubelet-socket",
-        str(kubelet.socket_path),
+    node = Exporter(
+        "-c", "300", "-k", "--pod-resources-kubelet-socket",
+        str(kubelet.socket_path), log=tmp_path / "log",
     )  # fmt: skip
     node.wait_ready()
     wait_until(lambda: 'pod="train-0"' in node.metrics(), 10, "pod labels")
@@ -147,11 +146,11 @@ def test_gpu_series_survive_every_api_server_fault(tmp_path, kubelet):
     fix = ROOT / "tests" / "fixtures" / "timeslice"
     pods = [d for d in yaml.safe_load_all((fix / "pods.yaml").read_text()) if d]
     api = FakeAPIServer(pods=pods).start()
-    node = Node(
-        tmp_path / "log", "-c", "300", "-k", "--pod-resources-kubelet-socket",
+    node = Exporter(
+        "-c", "300", "-k", "--pod-resources-kubelet-socket",
         str(kubelet.socket_path), "--host-proc", str(fix / "proc"),
         env={"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url)),
-             "KUBERNETES_SERVICE_HOST": ""},
+             "KUBERNETES_SERVICE_HOST": ""}, log=tmp_path / "log",
     )  # fmt: skip
     split = 'gpu_exporter_container_fb_used_mib{gpu="1"'
 
@@ -215,9 +214,9 @@ def test_hostile_kubelet_answer_never_stops_collection(tmp_path, kubelet):
     c.devices.add(
         resource_name="nvidia.com/gpu", device_ids=[f"GPU-{i:08x}" for i in range(100_000)]
     )
-    node = Node(
-        tmp_path / "log", "-c", "300", "-k", "--pod-resources-kubelet-socket",
-        str(kubelet.socket_path),
+    node = Exporter(
+        "-c", "300", "-k", "--pod-resources-kubelet-socket",
+        str(kubelet.socket_path), log=tmp_path / "log",
     )  # fmt: skip
     try:
         node.wait_ready()

@@ -15,8 +15,7 @@ import bcrypt
 
 from exporter.catalog import load
 from exporter.config import Config, default_metrics_file
-from tests.procs import ROOT, wait_until
-from tests.reliability.harness import Node
+from tests.procs import ROOT, Exporter, wait_until
 from tests.web.certs import CA
 
 PACKAGE = ROOT / "exporter"
@@ -107,8 +106,8 @@ def test_secrets_never_reach_the_log(tmp_path):
         "tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
         f"basic_auth_users:\n  prometheus: {hashed}\n"
     )
-    node = Node(
-        tmp_path / "log", "-c", "500", "--log-level", "debug", "--web-config-file", str(web)
+    node = Exporter(
+        "-c", "500", "--log-level", "debug", "--web-config-file", str(web), log=tmp_path / "log"
     )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE

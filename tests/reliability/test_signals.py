@@ -19,8 +19,9 @@ import time
 from exporter.config import default_metrics_file
 from tests.exposition import samples
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
-from tests.procs import wait_until
-from tests.reliability.harness import FIXTURES, Node
+from tests.procs import ROOT, Exporter, wait_until
+
+FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 
 STOP_S = 5.0
 
@@ -32,7 +33,7 @@ def families(text: str) -> frozenset[str]:
 
 
 def test_sigterm_with_connections_open_and_scrapes_in_flight(tmp_path):
-    node = Node(tmp_path / "log", "-c", "300")
+    node = Exporter("-c", "300", log=tmp_path / "log")
     node.wait_ready()
     idle, slow = [], []
     for _ in range(50):
@@ -84,7 +85,7 @@ def test_sigterm_during_a_hung_nvml_call(tmp_path):
     keep the pod in Terminating until SIGKILL. The exporter leaves without it."""
     fleet = tmp_path / "hang.yaml"
     fleet.write_text((FIXTURES / "hang.yaml").read_text().replace("seconds: 60", "seconds: 600"))
-    node = Node(tmp_path / "log", "-c", "300", "--collect-timeout", "500", fleet=fleet)
+    node = Exporter("-c", "300", "--collect-timeout", "500", fleet=fleet, log=tmp_path / "log")
     node.wait_ready()
     wait_until(lambda: b"busy reading GPU 2" in node.get("/ready")[2], 15, "the hang")
     took = node.terminate(timeout=STOP_S * 2)
@@ -98,13 +99,13 @@ def test_sigterm_while_the_kubelet_is_slow(tmp_path):
     kubelet = FakeKubelet(tmp_path / "k.sock", load_pods("default-node.yaml", fleet_ids(None)))
     kubelet.start()
     try:
-        node = Node(
-            tmp_path / "log",
+        node = Exporter(
             "-c",
             "300",
             "-k",
             "--pod-resources-kubelet-socket",
             str(kubelet.socket_path),
+            log=tmp_path / "log",
         )
         node.wait_ready()
         kubelet.mode, kubelet.delay = "slow", 30.0
@@ -173,7 +174,9 @@ def test_sighup_reloads_while_scrapes_stay_whole(tmp_path):
     assert fewer.count("# DCGM_FI_DEV_GPU_TEMP,") == 1 and fewer.count("# DCGM_FI_DEV_SM_CLOCK,")
     web = tmp_path / "web.yaml"
     web.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
-    node = Node(tmp_path / "log", "-c", "300", "-f", str(metrics), "--web-config-file", str(web))
+    node = Exporter(
+        "-c", "300", "-f", str(metrics), "--web-config-file", str(web), log=tmp_path / "log"
+    )
     node.wait_ready()
     text = node.wait_metrics(lambda t: "DCGM_FI_PROF_SM_ACTIVE" in t, 10, "GPM values")
     fam_full = families(text)
@@ -239,7 +242,7 @@ def test_sighup_reloads_while_scrapes_stay_whole(tmp_path):
 
 def test_sighup_without_a_web_config_is_harmless(tmp_path):
     """SIGHUP's default action is to end the process: the exporter always handles it."""
-    node = Node(tmp_path / "log", "-c", "300")
+    node = Exporter("-c", "300", log=tmp_path / "log")
     node.wait_ready()
     node.proc.send_signal(signal.SIGHUP)
     time.sleep(0.5)

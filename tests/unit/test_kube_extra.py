@@ -1,0 +1,77 @@
+"""-k without the optional "kube" extra installed: one clear line, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.procs import free_port
+
+ROOT = Path(__file__).parents[2]
+
+# The exporter's CLI in a Python where one package of the extra cannot be imported.
+BLOCKED = """
+import sys
+sys.modules[{module!r}] = None  # what Python does for a package that is not installed
+from exporter.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "dist", "check"),
+    [
+        ("grpc", "grpcio", True),
+        ("grpc", "grpcio", False),  # a plain start stops before serving
+        ("google.protobuf", "protobuf", True),
+        ("kubernetes", "kubernetes", True),
+    ],
+)
+def test_k_without_the_kube_extra_names_the_install(
+    tmp_path: Path, module: str, dist: str, check: bool
+) -> None:
+    # a kubelet socket that accepts connections, so that the extra is the only problem
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "kubelet.sock"))
+    sock.listen(4)
+    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
+    argv += ["-a", f"127.0.0.1:{free_port()}", *(["--check"] if check else [])]
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", BLOCKED.format(module=module), *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sock.close()
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == [
+        f"gpu-exporter: error: -k (--kubernetes) needs the Python package {dist} "
+        f"({module} cannot be imported): pip install gpu-exporter[kube]"
+    ]
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_k_with_the_extra_installed_passes_the_check(tmp_path: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "kubelet.sock"))
+    sock.listen(4)
+    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "exporter", *argv, "-a", f"127.0.0.1:{free_port()}", "--check"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sock.close()
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
