@@ -84,6 +84,10 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
     poller = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg)
     app[POLLER] = poller
     signals.install(app)
+    status = app[signals.RELOADS]
+    poller.selfmetrics.reloads = lambda: [
+        (kind, r.ok, r.last_success_unix) for kind, r in status.items()
+    ]
     routes(app, _source(app, poller, bool(cfg.web_config_file)))
     signals.watch(
         app,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
@@ -43,6 +43,8 @@ class SelfMetrics:
         self.nvml_errors: tuple[tuple[str, str, int], ...] = ()
         self.extra_results: tuple[CollectorResult, ...] = ()
         self.skipped_rows: tuple[Skipped, ...] = ()  # metrics-file rows not served
+        # config files' last loads: (kind, ok, unix time of the last success); signals.py
+        self.reloads: Callable[[], Iterable[tuple[str, bool, float]]] = tuple
         self.registry = CollectorRegistry(auto_describe=False)
         ProcessCollector(registry=self.registry)
         self.registry.register(self)
@@ -100,6 +102,7 @@ class SelfMetrics:
             skipped.add_metric([row.name], row.line)
         if self.skipped_rows:
             yield skipped
+        yield from _reload_families(tuple(self.reloads()))
         if self.kube is not None:
             yield from _kube_families(self.kube())
         snap = self.snapshot
@@ -145,6 +148,28 @@ class SelfMetrics:
             up.add_metric(_gpu_label_values(dev), value)
         if up is not None:
             yield up
+
+
+def _reload_families(reloads: tuple[tuple[str, bool, float], ...]) -> Iterator[Metric]:
+    """Config files (metrics file, web config): did the last load succeed, and when did one."""
+    if not reloads:
+        return
+    ok = GaugeMetricFamily(
+        f"{PREFIX}_config_last_reload_successful",
+        "1 when the last load of the config file succeeded; 0 when it was refused and the "
+        "last good version stays in force.",
+        labels=["file"],
+    )
+    when = GaugeMetricFamily(
+        f"{PREFIX}_config_last_reload_success_timestamp_seconds",
+        "Unix time of the last successful load of the config file.",
+        labels=["file"],
+    )
+    for kind, success, at in reloads:
+        ok.add_metric([kind], int(success))
+        when.add_metric([kind], at)
+    yield ok
+    yield when
 
 
 def _kube_families(st: KubeStatus) -> Iterator[Metric]:

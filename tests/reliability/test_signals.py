@@ -209,10 +209,14 @@ def test_sighup_reloads_while_scrapes_stay_whole(tmp_path):
         wait_until(lambda: "DCGM_FI_DEV_NO_SUCH_FIELD" in node.output(), 5, "the error logged")
         time.sleep(1.0)
         assert showing(fam_fewer)
+        refused = 'gpu_exporter_config_last_reload_successful{file="metrics_file"} 0.0'
+        wait_until(lambda: refused in node.metrics(), 5, "the refused reload in a self-metric")
         # back to the full file, then a burst of SIGHUPs
         metrics.write_text(full)
         hup()
         wait_until(lambda: showing(fam_full), 5, "the full metrics file again")
+        loaded = refused.replace("} 0.0", "} 1.0")
+        wait_until(lambda: loaded in node.metrics(), 5, "the good reload in a self-metric")
         for _ in range(20):
             hup()
             time.sleep(0.02)
