@@ -21,10 +21,11 @@ from typing import Any
 
 from exporter.config import KubeConfig
 from exporter.kube.cgroups import ContainerRef, container_of
-from exporter.kube.limits import Drops, RateLimitedLog
+from exporter.kube.limits import Drops
 from exporter.kube.mapper import Mapper, Owner, PodMap
 from exporter.kube.podresources import PodResourcesClient
 from exporter.kube.sharing import Split, split_shared
+from exporter.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)

@@ -14,11 +14,11 @@ with a wide margin.
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
+
+# warnings about bad kubelet or API-server input a minute, per logger: the shared bound
+from exporter.ratelimit import LOG_LINES_PER_MINUTE as LOG_LINES_PER_MINUTE
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """Largest pod-resources ``List`` answer accepted from the kubelet (gRPC receive limit;
@@ -74,9 +74,6 @@ MAX_SLICES = 512
 MAX_SLICE_DEVICES = 4096
 """Devices of all ResourceSlices kept; later ones are dropped."""
 
-LOG_LINES_PER_MINUTE = 5
-"""Warnings about bad kubelet or API-server input logged per minute and per logger."""
-
 
 class Drops:
     """Thread-safe counts of inputs dropped at a bound, by input name."""
@@ -99,40 +96,3 @@ class Drops:
     def __getitem__(self, what: str) -> int:
         with self._lock:
             return self._counts[what]
-
-
-class RateLimitedLog:
-    """Warnings limited to ``per_minute`` lines a minute; what is held back is
-    summed up in one line when the next minute begins."""
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        per_minute: int = LOG_LINES_PER_MINUTE,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._log = logger
-        self._per_minute = per_minute
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._window = float("-inf")
-        self._lines = 0
-        self.suppressed = 0
-
-    def warning(self, msg: str, *args: object) -> bool:
-        """Log ``msg % args`` unless this minute's lines are used up; True if logged."""
-        with self._lock:
-            now = self._clock()
-            if now - self._window >= 60.0:
-                if self.suppressed:
-                    self._log.warning(
-                        "%d more warnings like the above in the last minute were not logged",
-                        self.suppressed,
-                    )
-                self._window, self._lines, self.suppressed = now, 0, 0
-            if self._lines >= self._per_minute:
-                self.suppressed += 1
-                return False
-            self._lines += 1
-        self._log.warning(msg, *args)
-        return True

@@ -19,9 +19,10 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from exporter.kube import ids, limits
-from exporter.kube.limits import Drops, RateLimitedLog
+from exporter.kube.limits import Drops
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
 from exporter.nvml.devices import Device
+from exporter.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.kube import limits
-from exporter.kube.limits import Drops, RateLimitedLog
+from exporter.kube.limits import Drops
+from exporter.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from exporter.kube.limits import Drops, RateLimitedLog
+from exporter.kube.limits import Drops
+from exporter.ratelimit import RateLimitedLog
 
 
 def test_lines_per_minute_then_one_summary(caplog):
