@@ -49,7 +49,7 @@ ROOT = Path(__file__).parents[2]
 DOC = ROOT / "docs" / "reliability.md"
 ENTITIES = 2 + 4 + 7  # whole GPUs 0 and 1, MIG instances of GPUs 2 and 3
 OUTAGE_S = 3.0
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = attack_report.MAX_CONNECTIONS
 LOG_LINE = re.compile(r"^\S+ (\d\d:\d\d):\d\d,\d+ \w+ ([\w.]+):", re.M)  # minute, logger
 FLAGS = ("-c", "1000", "--max-connections", str(MAX_CONNECTIONS), "--http-timeout", "2000",
          "--http-write-timeout", "1500", "--kubernetes-enable-pod-labels")  # fmt: skip
@@ -226,7 +226,9 @@ class Soak:
         end = self.t0 + self.seconds
         n = len(attacks.ATTACKS)
         rounds = max(2, round((end - time.monotonic()) / (n * 30)))
-        phase = (end - time.monotonic()) / rounds / n - 3.0
+        per = (end - time.monotonic()) / rounds / n
+        gap = min(2.5, per / 4)  # 2.5 s: past --http-timeout, the attackers are cut off
+        phase = per - gap
         for attack in [a for _ in range(rounds) for a in attacks.ATTACKS]:
             if self.node.proc.poll() is not None:
                 break
@@ -237,7 +239,7 @@ class Soak:
                 self.settle(base.fds + 2)
                 self.sample(quiet=True)
             else:
-                time.sleep(2.5)  # past --http-timeout: the attackers' sockets are cut off
+                time.sleep(gap)
         time.sleep(3)  # the last XIDs are counted
         scraper.stop.set()
         scraper.join(10)
@@ -297,8 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--write-doc", action="store_true", help="write the figures into the doc")
     p.add_argument("--raw", type=Path, help="also write the whole record (JSON) here")
+    p.add_argument("--from-raw", type=Path, help="no run: the figures of a record written before")
     args = p.parse_args(argv)
-    record = soak(args.minutes * 60)
+    record = json.loads(args.from_raw.read_text()) if args.from_raw else soak(args.minutes * 60)
     if args.raw:
         args.raw.write_text(json.dumps(record, indent=1))
     s = attack_report.summary(record)
