@@ -153,7 +153,7 @@ def verdict(s: dict[str, Any]) -> list[str]:
 
 def write_doc(s: dict[str, Any], doc: Path) -> None:
     """Replace the block between the attack-soak markers in docs/reliability.md."""
-    lat = s["latency_ms"]
+    lat, a = s["latency_ms"], s["attacks"]
     rows = [
         ("run", f"{s['seconds']:.0f} s, {s['scrapes']} legitimate scrapes"),
         ("scrape latency", f"median {lat['p50']} ms, p99 {lat['p99']} ms, max {lat['max']} ms"),
@@ -167,8 +167,15 @@ def write_doc(s: dict[str, Any], doc: Path) -> None:
          f"first round, {s['rss_mib_end']} at the end (max {s['rss_mib_max']})"),
         ("open fds, quiet", ", ".join(map(str, s["fds_quiet"])) + f" (max {s['fds_max']})"),
         ("threads, quiet", ", ".join(map(str, s["threads_quiet"]))),
-        ("log", f"{s['log_lines']} lines, at most {s['log_lines_max_per_minute']} in a minute; "
+        ("log", f"{s['log_lines']} lines; in a minute at most {s['log_lines_max_per_minute']}, "
+         f"besides {s['reload_lines_max_per_minute']} of config reloads; "
          f"{s['tracebacks']} tracebacks"),
+        ("attacks", f"{a.get('tls_half_handshakes', 0):,} half TLS handshakes, "
+         f"{a.get('header_flood_clients', 0):,} header-flood clients "
+         f"({a.get('http_431', 0)} answered 431), "
+         f"{a.get('never_reading_clients', 0):,} never-reading clients, "
+         f"{a.get('wrong_passwords_refused', 0):,} wrong passwords refused, "
+         f"{a.get('sighups', 0):,} SIGHUPs, {a.get('watch_events', 0):,} watch events"),
     ]  # fmt: skip
     table = "| | |\n|---|---|\n" + "".join(f"| {k} | {v} |\n" for k, v in rows)
     text = doc.read_text()
