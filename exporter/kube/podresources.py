@@ -8,6 +8,7 @@ decides when to retry. grpc is imported here only, so an exporter without
 
 from __future__ import annotations
 
+import logging
 import os
 
 import grpc
@@ -18,6 +19,11 @@ from exporter.kube.generated import podresources_pb2_grpc as pb_grpc
 from exporter.kube.limits import MAX_MESSAGE_BYTES
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
+
+# grpc logs an answer it cannot decode at ERROR with a traceback, once per List: a broken
+# kubelet would put a traceback in the log every cycle. The mapper reports the failure
+# itself, rate-limited ("kubelet List answer is not a valid List response").
+logging.getLogger("grpc._common").setLevel(logging.CRITICAL)
 
 
 class KubeletUnavailable(Exception):

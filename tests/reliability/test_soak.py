@@ -14,7 +14,13 @@ async def test_soak_stays_flat():
     r = await soak(CYCLES, sample=100)
     s = summary(r, WARMUP)
     print(f"\nsoak: {s}")
-    assert len(s["threads"]) == 1, s["threads"]  # no thread added, none leaked
+    # no thread leaked: the XID event thread is replaced around each driver outage, so a
+    # sample can catch the old one on its way out; what counts is that nothing is added
+    # over the run and the count is back to the baseline after the outages
+    threads = [x.threads for x in r.window(WARMUP)]
+    half = len(threads) // 2
+    assert max(threads[half:]) <= max(threads[:half]), threads
+    assert threads[-1] == threads[0], threads
     assert len(s["open_files"]) == 1, s["open_files"]
     assert s["rss_growth_mib"] < 3, s
     # the series count follows the MIG layouts (and XID counters changing owner with
