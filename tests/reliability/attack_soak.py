@@ -3,7 +3,7 @@ scraper throughout.
 
     python3 -m tests.reliability.attack_soak [--minutes 10] [--write-doc]   (prints JSON)
 
-The exporter runs as a process (tests/reliability/harness.py) on a simulated node
+The exporter runs as a process (benchmarks/procs.py, through tests/procs.py) on a simulated node
 (tests/fixtures/reliability/soak.yaml: 2 whole GPUs, 11 MIG instances) with TLS and
 basic auth (bcrypt cost 10), ``-k`` against a fake kubelet (real gRPC on a unix
 socket) and ``--kubernetes-enable-pod-labels`` against a hostile API server stub whose
@@ -41,11 +41,11 @@ from exporter.kube.generated import podresources_pb2 as pb
 from tests.exposition import find
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids
 from tests.kube.hostileapi import HostileAPIServer
+from tests.procs import ROOT, Exporter
 from tests.reliability import attack_report, attacks
-from tests.reliability.harness import FIXTURES, Node
 from tests.web.certs import CA
 
-ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 DOC = ROOT / "docs" / "reliability.md"
 ENTITIES = 2 + 4 + 7  # whole GPUs 0 and 1, MIG instances of GPUs 2 and 3
 OUTAGE_S = 3.0
@@ -188,11 +188,12 @@ class Soak:
         # a watch the exporter cut off (as it should) is not worth a traceback here
         api._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
         self.t0 = time.monotonic()
-        self.node = Node(
-            tmp / "log", *FLAGS, "-f", str(metrics), "--web-config-file", str(web), "-k",
+        self.node = Exporter(
+            *FLAGS, "-f", str(metrics), "--web-config-file", str(web), "-k",
             "--pod-resources-kubelet-socket", str(tmp / "kubelet.sock"), fleet=tmp / "fleet.yaml",
             env={"NODE_NAME": "node-a", "KUBERNETES_SERVICE_HOST": "",
                  "KUBECONFIG": str(kubeconfig(tmp / "kubeconfig", api.url))},
+            log=tmp / "log",
         )  # fmt: skip
         self.target = attacks.Target(
             self.node.port, self.node.proc.pid, self.ctx, web, web_text, metrics, metrics_text,
