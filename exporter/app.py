@@ -11,6 +11,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator
 from functools import partial
@@ -38,6 +39,7 @@ BACKLOG = 128  # connections the kernel queues before the exporter accepts them
 SHUTDOWN_S = 3.0  # on SIGTERM: time in-flight responses get to finish
 CLOSE_S = 2.0  # on SIGTERM: time NVML gets to shut down
 METRICS_FILE_MAX_BYTES = 1 << 20
+SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval (sys.setswitchinterval), set once at start
 
 POLLER = web.AppKey("poller", Poller)
 TASK = web.AppKey("collect_task", asyncio.Task)
@@ -211,6 +213,9 @@ def _address(cfg: Config) -> str:
 def run(cfg: Config, catalog: Catalog) -> int:
     """Serve until SIGINT/SIGTERM; 2 when the address cannot be listened on."""
     app = build(cfg, catalog)
+    # The collection thread's Python hands the GIL back after this long (default 5 ms),
+    # so a scrape arriving mid-cycle waits at most about this much for the event loop.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         asyncio.run(serve(app, cfg))
     except BindError as e:
