@@ -23,9 +23,10 @@ from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
 from exporter.config import Config
 from exporter.connections import HTTP_LOG, ConnectionLimit, Limits
+from exporter.fastpath import FastMetrics
 from exporter.files import ConfigFileError, read_config_file
 from exporter.poller import Poller
-from exporter.server import Source, routes
+from exporter.server import SOURCE, Source, routes
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,8 @@ async def serve(app: web.Application, cfg: Config) -> None:
     try:
         assert runner.server is not None
         pool = ConnectionLimit(runner.server, limits(cfg), webconfig.ssl_context(app))
+        if not cfg.web_config_file:  # with one, auth sees every request
+            pool.fast = FastMetrics(app[SOURCE].exposition)
         listener = await _listen(pool, cfg)
         log.info("serving on %s, collecting every %g s", _address(cfg), cfg.interval_s)
         try:
