@@ -18,12 +18,11 @@ import logging
 import re
 import ssl
 from asyncio import sslproto
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from exporter.ratelimit import RateLimited
 
@@ -50,35 +49,6 @@ class Limits:
     grace_s: float = 3.0  # an evicted connection that is sending gets this long to finish
 
 
-class BadRequestLog(logging.Filter):
-    """Turns aiohttp's report of a request it could not parse (a 400: oversized or
-    malformed headers, junk on the port) from an ERROR with a traceback, per request,
-    into one warning line a minute that counts the rest."""
-
-    def __init__(self, every_s: float = 60.0) -> None:
-        super().__init__()
-        self.limit = RateLimited(every_s)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, HttpProcessingError) or record.levelno < logging.ERROR:
-            return True  # a real failure in a handler (or debug output): keep it whole
-        held = self.limit.ready()
-        if held is None:
-            return False
-        record.msg = "refused a malformed HTTP request (%s)%s"
-        more = f"; {held} more since the last report" if held else ""
-        record.args = (str(exc).replace("\n", " ")[:200], more)
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.exc_info = record.exc_text = None
-        return True
-
-
-HTTP_LOG = logging.getLogger("exporter.http")
-"""aiohttp's per-connection logger (handler_args in app.py), with :class:`BadRequestLog`."""
-HTTP_LOG.addFilter(BadRequestLog())
-
-
 class HeaderBudget:
     """Follows the request heads in a connection's byte stream (pipelined requests and
     bodies with a Content-Length skipped); :meth:`feed` is False once a head (request
@@ -89,6 +59,11 @@ class HeaderBudget:
         self.head = bytearray()  # the current request's head so far
         self._skip = 0  # body bytes to pass before the next request's head
         self._counting = True  # False after a chunked body: per-field limits still apply
+
+    @property
+    def between(self) -> bool:
+        """Whether the stream is between requests (no partial head or body pending)."""
+        return not self.head and not self._skip and self._counting
 
     def feed(self, data: bytes) -> bool:
         """Account for ``data``; False when a head is over the budget."""
@@ -215,6 +190,7 @@ class Guard(asyncio.Protocol):
             return
         if self._refused:
             return
+        fresh = self.budget.between
         if not self.budget.feed(data):
             self.pool.too_large += 1
             self.pool.report(
@@ -226,7 +202,26 @@ class Guard(asyncio.Protocol):
                 transport.close()
             self._refused = True  # the rest of this connection is not parsed
             return
+        if fresh and self.pool.fast is not None and self._answer_fast(data):
+            return
         self.inner.data_received(data)
+
+    def _answer_fast(self, data: bytes) -> bool:
+        """A whole plain scrape on an idle connection: answered here (exporter/fastpath.py),
+        with aiohttp's keep-alive (idle) timer moved on as after its own responses."""
+        inner: Any = self.inner
+        transport = getattr(inner, "transport", None)
+        if transport is None or not data.endswith(b"\r\n\r\n") or not self._idle():
+            return False
+        answer = self.pool.fast(data)  # type: ignore[misc]
+        if answer is None:
+            return False
+        transport.write(answer)
+        loop = asyncio.get_running_loop()
+        inner._next_keepalive_close_time = close_at = loop.time() + inner._keepalive_timeout
+        if inner._keepalive_handle is None:
+            inner._keepalive_handle = loop.call_at(close_at, inner._process_keepalive)
+        return True
 
     def eof_received(self) -> bool | None:
         """The client half-closed: answer what it asked, then close; nothing asked: close."""
@@ -322,6 +317,7 @@ class ConnectionLimit:
         self.server = server
         self.limits = limits
         self.tls = tls
+        self.fast: Callable[[bytes], bytes | None] | None = None  # exporter/fastpath.py
         self.open: dict[Guard, None] = {}  # insertion order: oldest first
         self.evicted = self.refused = self.too_large = self.write_timeouts = 0
         self._tasks: set[asyncio.Task[None]] = set()

@@ -130,7 +130,8 @@ class Poller:
         self.stuck = ""
         if self.attribution is not None:
             await self.attribution.refresh(snap)
-        self.publish(snap)
+        # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
+        await asyncio.wrap_future(self.executor.submit(self.publish, snap))
 
     async def _wait(self, pending: Future[Snapshot]) -> Snapshot:
         """The cycle's snapshot; TimeoutError after the collect timeout.

@@ -4,11 +4,13 @@ imports nothing from the collection side."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from exporter import __version__
 
@@ -72,15 +74,23 @@ def scrub(reason: str) -> str:
     return line[:MAX_REASON]
 
 
+@functools.lru_cache(maxsize=64)
+def _gzip_for(accept_encoding: str) -> bool:
+    """wants_gzip, remembered: scrapers send the same header every time."""
+    return wants_gzip(accept_encoding)
+
+
+_GZIP_HEADERS = CIMultiDict({"Content-Type": CONTENT_TYPE, "Content-Encoding": "gzip"})
+_PLAIN_HEADERS = CIMultiDict({"Content-Type": CONTENT_TYPE})
+
+
 async def metrics(request: web.Request) -> web.Response:
+    """The latest cycle's exposition, bytes built by the poller (gzipped when asked)."""
     plain, gzipped = request.app[SOURCE].exposition()
-    if wants_gzip(request.headers.get("Accept-Encoding", "")):
-        resp = web.Response(body=gzipped, headers={"Content-Encoding": "gzip"})
-    else:
-        resp = web.Response(body=plain)
-    resp.content_type = "text/plain"
-    resp.headers["Content-Type"] = CONTENT_TYPE
-    return resp
+    accept = request.headers.get("Accept-Encoding", "")
+    if _gzip_for(accept) if len(accept) <= 256 else wants_gzip(accept):
+        return web.Response(body=gzipped, headers=_GZIP_HEADERS)  # headers are copied
+    return web.Response(body=plain, headers=_PLAIN_HEADERS)
 
 
 async def health(request: web.Request) -> web.Response:

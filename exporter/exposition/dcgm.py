@@ -86,15 +86,32 @@ def rows(
 
 def values(spec: MetricSpec, fr: Frame) -> list[str]:
     """A field read per device: physical GPUs (device scope) or whole GPUs and MIG instances."""
-    series = fr.device_rows if spec.field.scope is Scope.DEVICE else fr.instance_rows
-    name, num, readings = spec.name, text.num, fr.snap.values
-    field = spec.field.name  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
+    return _values(spec, _joined(fr))
+
+
+Joined = tuple[list[tuple[str, Mapping[str, float]]], list[tuple[str, Mapping[str, float]]]]
+
+
+def _joined(fr: Frame) -> Joined:
+    """(device rows, instance rows) as (label text, the device's readings), the rows
+    of devices without readings left out: looked up once per cycle, not per family."""
+    readings = fr.snap.values
+
+    def join(rows: Sequence[Row]) -> list[tuple[str, Mapping[str, float]]]:
+        return [(labels, got) for labels, key in rows if (got := readings.get(key)) is not None]
+
+    return join(fr.device_rows), join(fr.instance_rows)
+
+
+def _values(spec: MetricSpec, joined: Joined) -> list[str]:
+    series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
+    prefix, field, num = spec.name + "{", spec.field.name, text.num
     out = []
-    for labels, key in series:  # the hot loop of a cycle: one line per series, written inline
-        got = readings.get(key)
-        v = got.get(field) if got is not None else None
+    for labels, got in series:  # the hot loop of a cycle: one line per series, written inline
+        v = got.get(field)  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
         if v is not None:
-            out.append(f"{name}{{{labels}}} {num(v)}\n")
+            t = type(v)  # repr is what text.num writes for these two
+            out.append(f"{prefix}{labels}}} {repr(v) if t is float or t is int else num(v)}\n")
     return out
 
 
@@ -211,9 +228,10 @@ def render(catalog: Catalog, fr: Frame) -> tuple[str, int]:
     """Text of every catalog family with samples this cycle, and the number of samples."""
     out: list[str] = []
     series = 0
+    joined = _joined(fr)
     for spec in catalog.metrics:
-        fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source, values)
-        lines = fn(spec, fr)
+        fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
+        lines = fn(spec, fr) if fn is not None else _values(spec, joined)
         if lines:
             out.append(text.family(spec.name, spec.help, spec.type, lines))
             series += len(lines)

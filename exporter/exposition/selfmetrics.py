@@ -8,12 +8,14 @@ PromQL: ``time() - gpu_exporter_last_collection_success_timestamp_seconds``.
 from __future__ import annotations
 
 import platform
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from exporter import __version__
 from exporter.catalog import Skipped
@@ -50,8 +52,11 @@ class SelfMetrics:
         self.registry.register(self)
 
     def render(self) -> str:
-        """The self-metrics text (prometheus_client's formatter, process metrics included)."""
-        return generate_latest(self.registry).decode()
+        """The self-metrics text, process metrics included: prometheus_client's text format,
+        written here for the gauges and counters these are (a third of its formatter's
+        CPU); anything else goes through its ``generate_latest``."""
+        got = text_of(list(self.registry.collect()))
+        return got if got is not None else generate_latest(self.registry).decode()
 
     def collect(self) -> Iterator[Metric]:
         p = PREFIX
@@ -213,3 +218,38 @@ def _kube_families(st: KubeStatus) -> Iterator[Metric]:
 
 def _gpu_label_values(dev: Device) -> list[str]:
     return [v for _, v in dev.labels[:GPU_LABELS]]
+
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+
+
+def text_of(metrics: list[Metric]) -> str | None:
+    """What ``generate_latest`` writes for these families, or None when one is other than a
+    gauge or counter without timestamps, or has a name it would escape."""
+    out = []
+    for m in metrics:
+        kind, name = m.type, m.name
+        if kind == "counter":
+            name += "_total"
+        elif kind != "gauge":
+            return None
+        if not _NAME.fullmatch(name):
+            return None
+        doc = m.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
+        for s in m.samples:
+            if s.timestamp is not None or s.exemplar is not None or not _NAME.fullmatch(s.name):
+                return None
+            if s.name == m.name + "_created":
+                return None  # prometheus_client moves these into a family of their own
+            if not s.labels:
+                out.append(f"{s.name} {floatToGoString(s.value)}\n")
+                continue
+            pairs = []
+            for k, v in sorted(s.labels.items()):
+                if not _NAME.fullmatch(k):
+                    return None
+                v = v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+                pairs.append(f'{k}="{v}"')
+            out.append(f"{s.name}{{{','.join(pairs)}}} {floatToGoString(s.value)}\n")
+    return "".join(out)

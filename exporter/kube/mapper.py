@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -101,6 +102,10 @@ class Mapper:
         self._backoff = 1.0
         self._last_ok = float("-inf")
         self.refreshes = 0
+        self.rebuilds = 0  # refreshes that built the map (the others reused the last one)
+        self._seen: tuple[bytes, tuple[Any, ...]] | None = None  # (answer digest, devices)
+        self._counted: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        self._used_slices = False  # the last build looked DRA devices up in ResourceSlices
 
     def wanted(self, resource_name: str) -> bool:
         """True for the resource names whose devices are GPUs or MIG instances."""
@@ -119,8 +124,9 @@ class Mapper:
         except asyncio.CancelledError:
             raise
         try:
-            pm = self.build(resp, ids.Resolver(gpus, instances))
+            pm = self._map_for(resp, list(gpus), list(instances))
         except Exception as e:  # a bug, or an answer nobody planned for: keep the last map
+            self._seen = None
             self.failures += 1
             self.status = f"kubelet List answer could not be mapped: {type(e).__name__}"
             self._warn.warning("%s: %s; keeping the last pod map", self.status, str(e)[:200])
@@ -137,6 +143,27 @@ class Mapper:
         self.status = ""
         self.map = pm
 
+    def _map_for(self, resp: Any, gpus: list[Device], instances: list[Device]) -> PodMap:
+        """The map for this answer: the last one again when the kubelet's answer and the
+        devices are the same as last time (the skipped and dropped IDs that building it
+        counted are counted again), else a new one."""
+        digest = hashlib.blake2b(resp.SerializeToString(deterministic=True), digest_size=16)
+        seen = (digest.digest(), _devices(gpus) + _devices(instances))
+        if seen == self._seen and not self._used_slices:
+            unmatched, drops = self._counted
+            self.unmatched.update(unmatched)
+            for what, n in drops.items():
+                self.drops.add(what, n)
+            return self.map
+        self._seen = None
+        unmatched0, drops0 = Counter(self.unmatched), Counter(dict(self.drops.items()))
+        self._used_slices = False
+        pm = self.build(resp, ids.Resolver(gpus, instances))
+        self._counted = (self.unmatched - unmatched0, Counter(dict(self.drops.items())) - drops0)
+        self._seen = seen
+        self.rebuilds += 1
+        return pm
+
     def _fail(self, why: str, e: KubeletUnavailable, now: float) -> None:
         # the socket missing is a steady state (no kubelet here): check again each interval
         delay = 0.0 if e.missing else self._backoff
@@ -151,6 +178,7 @@ class Mapper:
             )
         self.status = why
         if e.missing and now - self._last_ok > GRACE_S:
+            self._seen = None
             self.map = PodMap()  # no kubelet for a while: nothing vouches for old labels
 
     def build(self, resp: Any, resolver: ids.Resolver) -> PodMap:
@@ -251,6 +279,7 @@ class Mapper:
         self._logged.add(device_id[: limits.MAX_DEVICE_ID_CHARS])
 
     def _dra_key(self, resolver: ids.Resolver, cr: Any) -> str | None:
+        self._used_slices = True  # slices change without the kubelet's answer changing
         dev = (
             self.slice_device(cr.driver_name, cr.pool_name, cr.device_name)
             if self.slice_device
@@ -286,6 +315,11 @@ def _note_replica(
         got = replicas.setdefault(key, {}).setdefault(owner, [])
         if ref.replica not in got and len(got) < REPLICAS_MAX:
             got.append(ref.replica)
+
+
+def _devices(devs: list[Device]) -> tuple[Any, ...]:
+    """What the device IDs in a kubelet answer are resolved against (ids.Resolver)."""
+    return tuple((d.key, d.uuid, d.gi, d.ci, d.profile, d.labels) for d in devs)
 
 
 def _short(text: str, n: int = 80) -> str:

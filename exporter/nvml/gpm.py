@@ -54,6 +54,7 @@ class GpmReader:
         self._support: dict[str, bool] = {}  # physical GPU UUID -> GPM supported
         self._state: dict[str, _State] = {}
         self._req: N.c_nvmlGpmMetricsGet_t | None = None
+        self._entries: list[tuple[Field, object]] = []  # (field, its req.metrics[i])
         self.sleep: Callable[[float], None] = time.sleep  # waits between priming samples
 
     def supported(self, gpu: Device) -> bool:
@@ -159,6 +160,8 @@ class GpmReader:
             req.numMetrics = len(self.fields)
             for i, f in enumerate(self.fields):
                 req.metrics[i].metricId = f.gpm_metric
+            # The entries are views into req's buffer, kept so each read is one lookup.
+            self._entries = [(f, req.metrics[i]) for i, f in enumerate(self.fields)]
             self._req = req
         return self._req
 
@@ -176,8 +179,9 @@ class GpmReader:
         if got is None:
             return {}
         out = {}
-        for i, f in enumerate(self.fields):
-            m = req.metrics[i]
-            if m.nvmlReturn == N.NVML_SUCCESS:
-                out[f.name] = f.convert(m.value)
+        get = object.__getattribute__  # the raw ctypes fields, past pynvml's wrapper
+        ok = N.NVML_SUCCESS
+        for f, m in self._entries:
+            if get(m, "nvmlReturn") == ok:
+                out[f.name] = f.convert(get(m, "value"))
         return out

@@ -100,3 +100,24 @@ async def test_bad_answers_back_off(mapper, kubelet, inventory, mode, needle, mi
     calls = kubelet.calls
     await mapper.refresh(gpus.values(), migs.values())  # inside the backoff: no call
     assert kubelet.calls == calls
+
+
+async def test_unchanged_answer_reuses_the_map(mapper, kubelet, inventory):
+    """The same answer for the same devices keeps the map (and its counts per refresh);
+    a new pod, or a device gone, rebuilds it."""
+    gpus, migs = inventory
+    await mapper.refresh(gpus.values(), migs.values())
+    first = mapper.map
+    await mapper.refresh(gpus.values(), migs.values())
+    assert mapper.map is first and mapper.rebuilds == 1 and mapper.refreshes == 2
+    assert dict(mapper.unmatched) == {"nvidia.com/gpu": 2}  # counted each refresh, as built
+
+    pod = kubelet.pods.pod_resources.add(name="late", namespace="ml")
+    pod.containers.add(name="c").devices.add(
+        resource_name="nvidia.com/gpu", device_ids=[gpus[7].uuid]
+    )
+    await mapper.refresh(gpus.values(), migs.values())
+    assert mapper.rebuilds == 2 and mapper.map.owners[gpus[7].key] == (Owner("ml", "late", "c"),)
+
+    await mapper.refresh([g for i, g in gpus.items() if i != 7], migs.values())
+    assert mapper.rebuilds == 3 and gpus[7].key not in mapper.map.owners

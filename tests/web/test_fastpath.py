@@ -1,0 +1,95 @@
+"""Scrapes answered in the connection guard (exporter/fastpath.py) look exactly like
+aiohttp's answers, keep the connection alive, and leave every other request to aiohttp."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from exporter.fastpath import FastMetrics
+from tests.reliability.harness import Node
+
+IDLE_MS = 1500
+
+
+def _response(s: socket.socket) -> tuple[bytes, bytes]:
+    """(head, body) of one response read from a keep-alive connection."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += s.recv(65536)
+    return head, body
+
+
+def _names(head: bytes) -> list[bytes]:
+    return sorted(line.split(b":")[0].lower() for line in head.split(b"\r\n")[1:])
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory) -> Iterator[Node]:
+    log = tmp_path_factory.mktemp("fast") / "exporter.log"
+    n = Node(log, "-c", "1000", "--http-timeout", str(IDLE_MS))
+    n.wait_ready()
+    yield n
+    assert "Traceback" not in n.stop()
+
+
+def test_same_answer_as_aiohttp_and_kept_alive(node):
+    fast = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+    # a Connection header sends the same scrape through aiohttp's pipeline
+    slow = fast[:-2] + b"Connection: keep-alive\r\n\r\n"
+    with node.connect() as s:
+        heads = []
+        for request in (fast, slow, fast, fast):  # one connection throughout
+            s.sendall(request)
+            head, body = _response(s)
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert b"DCGM_FI_DEV_GPU_TEMP" in gzip.decompress(body)
+            heads.append(head)
+        assert _names(heads[0]) == _names(heads[1])  # the same headers, aiohttp's included
+        assert b"Content-Encoding: gzip" in heads[0]
+        assert b"Content-Type: text/plain; version=0.0.4; charset=utf-8" in heads[0]
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")  # no gzip asked: plain
+        head, body = _response(s)
+        assert b"Content-Encoding" not in head and body.startswith(b"# HELP")
+
+
+def test_idle_timeout_still_closes_the_connection(node):
+    with node.connect(timeout=10) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        _response(s)
+        t0 = time.monotonic()
+        assert s.recv(1) == b""  # the server closes an idle connection
+        assert 0.5 * IDLE_MS / 1e3 < time.monotonic() - t0 < 4 * IDLE_MS / 1e3
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n folded\r\n\r\n",  # obs-fold: aiohttp's 400
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc",
+        b"GET /metrics HTTP/1.1\r\nHost x\r\n\r\n",
+        b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /metrics HTTP/1.0\r\n\r\n",
+        b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /metrics HTTP/1.1\r\nUpgrade: h2c\r\n\r\n",
+    ],
+)
+def test_anything_else_is_left_to_aiohttp(request_bytes):
+    fast = FastMetrics(lambda: (b"plain", b"gzip"))
+    assert fast(request_bytes) is None
+    assert fast.served == 0
+
+
+def test_accept_encoding_decides_the_body():
+    fast = FastMetrics(lambda: (b"plain", b"gzip"))
+    assert fast(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip;q=0\r\n\r\n").endswith(b"plain")
+    assert fast(b"GET /metrics HTTP/1.1\r\naccept-encoding: x-gzip\r\n\r\n").endswith(b"gzip")
+    assert fast(b"GET /metrics HTTP/1.1\r\n\r\n").endswith(b"\r\n\r\nplain")
