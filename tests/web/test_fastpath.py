@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.fastpath import FastMetrics
-from tests.reliability.harness import Node
+from tests.procs import Exporter
 
 IDLE_MS = 1500
 
@@ -33,9 +33,9 @@ def _names(head: bytes) -> list[bytes]:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory) -> Iterator[Node]:
+def node(tmp_path_factory) -> Iterator[Exporter]:
     log = tmp_path_factory.mktemp("fast") / "exporter.log"
-    n = Node(log, "-c", "1000", "--http-timeout", str(IDLE_MS))
+    n = Exporter("-c", "1000", "--http-timeout", str(IDLE_MS), log=log)
     n.wait_ready()
     yield n
     assert "Traceback" not in n.stop()
