@@ -39,7 +39,8 @@ MAX_LINE_BYTES = 8190
 MAX_FIELD_BYTES = 8190
 MAX_HEADERS = 128
 BACKLOG = 128  # connections the kernel queues before the exporter accepts them
-SHUTDOWN_S = 3.0  # on SIGTERM: time in-flight responses get to finish
+SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
+STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
 CLOSE_S = 2.0  # on SIGTERM: time NVML gets to shut down
 METRICS_FILE_MAX_BYTES = 1 << 20
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval (sys.setswitchinterval), set once at start
@@ -196,6 +197,7 @@ async def serve(app: web.Application, cfg: Config) -> None:
         try:
             await stop.wait()
             log.info("stopping")
+            signals.exit_after(STOP_DEADLINE_S)
         finally:
             listener.close()
             pool.close_all()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -118,6 +120,26 @@ def on_stop(stop: Callable[[], None]) -> Callable[[], None]:
             loop.remove_signal_handler(sig)
 
     return remove
+
+
+def exit_after(seconds: float) -> threading.Timer:
+    """End the process with status 0 after ``seconds`` unless it ended before.
+
+    The graceful stop closes connections, NVML and the kubelet and API-server clients;
+    a part that hangs (a driver call, a thread importing a library, a client that never
+    reads) must not keep the pod past its grace period. A daemon thread, so a clean
+    exit does not wait for it.
+    """
+
+    def force() -> None:
+        log.warning("stop did not finish in %g s; exiting now", seconds)
+        logging.shutdown()
+        os._exit(0)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 async def reloading(
