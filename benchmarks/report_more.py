@@ -59,7 +59,7 @@ def memory(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
         add(
             f"Heap growth by file over {tr['cycles']} churn cycles ({tr['reconfigs']} "
             "reconfigurations; tracemalloc, started after warm-up, so the current exposition "
-            "shows up once in poller.py and render.py):"
+            "shows up once in poller.py and exposition/build.py):"
         )
         add("")
         add(_row("file", "growth"))
