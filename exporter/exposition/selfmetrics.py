@@ -80,20 +80,18 @@ class SelfMetrics:
             "Unix time of the last collection cycle that succeeded.",
             self.last_success,
         )
-        c = CounterMetricFamily(
-            f"{p}_collections", "Collection cycles by result.", labels=["result"]
+        yield _counter(
+            f"{p}_collections",
+            "Collection cycles by result.",
+            ["result"],
+            [((r,), self.collections[r]) for r in ("success", "failure", "skipped")],
         )
-        for result in ("success", "failure", "skipped"):
-            c.add_metric([result], self.collections[result])
-        yield c
-        errors = CounterMetricFamily(
+        yield _counter(
             f"{p}_nvml_errors",
             "NVML calls that failed, by function and NVML error code.",
-            labels=["function", "code"],
+            ["function", "code"],
+            [((fn, code), n) for fn, code, n in self.nvml_errors],
         )
-        for fn, code, n in self.nvml_errors:
-            errors.add_metric([fn, code], n)
-        yield errors
         yield GaugeMetricFamily(
             f"{p}_series", "DCGM series in the last rendered exposition.", self.series
         )
@@ -177,6 +175,16 @@ def _reload_families(reloads: tuple[tuple[str, bool, float], ...]) -> Iterator[M
     yield when
 
 
+def _counter(
+    name: str, help_text: str, labels: list[str], rows: Iterable[tuple[tuple[str, ...], float]]
+) -> CounterMetricFamily:
+    """A counter family with one sample per (label values, count) row."""
+    c = CounterMetricFamily(name, help_text, labels=labels)
+    for values, n in rows:
+        c.add_metric(list(values), n)
+    return c
+
+
 def _kube_families(st: KubeStatus) -> Iterator[Metric]:
     """Pod attribution: kubelet and API server reachability, unmatched IDs, held devices."""
     yield GaugeMetricFamily(
@@ -188,22 +196,18 @@ def _kube_families(st: KubeStatus) -> Iterator[Metric]:
         yield GaugeMetricFamily(
             f"{PREFIX}_kube_api_up", "1 when the API-server watch is synced.", int(st.api_up)
         )
-    un = CounterMetricFamily(
+    yield _counter(
         f"{PREFIX}_unmatched_device_ids",
         "Device IDs from the kubelet that matched no GPU or MIG instance, by resource.",
-        labels=["resource"],
+        ["resource"],
+        [((resource,), n) for resource, n in st.unmatched],
     )
-    for resource, n in st.unmatched:
-        un.add_metric([resource], n)
-    yield un
-    dropped = CounterMetricFamily(
+    yield _counter(
         f"{PREFIX}_kube_inputs_dropped",
         "Items of kubelet or API-server answers dropped at a bound or as invalid, by input.",
-        labels=["input"],
+        ["input"],
+        [((what,), n) for what, n in st.dropped],
     )
-    for what, n in st.dropped:
-        dropped.add_metric([what], n)
-    yield dropped
     yield CounterMetricFamily(
         f"{PREFIX}_kube_mapping_failures",
         "Cycles whose pod mapping failed; the last good pod labels stayed in use.",
