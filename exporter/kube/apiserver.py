@@ -10,25 +10,28 @@ RBAC: get, list and watch on pods; with DRA also on resourceslices
 (resource.k8s.io) and get on the discovery path /apis/resource.k8s.io
 (allowed to every authenticated user by default).
 
-``kubernetes`` is imported only when a watcher starts.
+Requests go through apiclient.py; the configuration is read when a watcher starts.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
+from exporter.kube.apiclient import ApiError
 from exporter.kube.limits import Drops
 from exporter.kube.podindex import LabelPolicy, PodIndex, PodInfo, sanitize_label_name
-from exporter.kube.reflector import Reflector, Timing, default_api_client, read_json
+from exporter.kube.reflector import Lister, Reflector, Timing, default_api_client, read_json
 from exporter.kube.slices import SliceDevice, SliceIndex
 
 __all__ = ["PodInfo", "PodWatcher", "SliceDevice", "Timing", "sanitize_label_name"]
 
 DRA_VERSIONS = ("v1", "v1beta2", "v1beta1")  # preferred first; v1 since Kubernetes 1.34
-_SLICE_APIS = {v: f"Resource{v.capitalize()}Api" for v in DRA_VERSIONS}  # kubernetes.client
+PODS_PATH = "/api/v1/pods"
+GROUP_PATH = "/apis/resource.k8s.io"
 
 
 class PodWatcher:
@@ -144,40 +147,37 @@ class PodWatcher:
     # -- API plumbing (watch threads) --
 
     def _client(self) -> Any:
-        """The API client, made on first use (reading the configuration, importing
-        kubernetes: about 2 s, kept off the caller's thread)."""
+        """The API client, made on first use (reading the configuration, kept off
+        the caller's thread)."""
         with self._client_lock:
             if self._api_client is None:
                 self._api_client = default_api_client()
             return self._api_client
 
-    def _pods_api(self) -> Callable[..., Any]:
-        api = self._client()
-        from kubernetes import client
+    def _pods_api(self) -> Lister:
+        return functools.partial(self._client().get, PODS_PATH)
 
-        return client.CoreV1Api(api).list_pod_for_all_namespaces
-
-    def _slices_api(self) -> Callable[..., Any]:
+    def _slices_api(self) -> Lister:
         """The list function of the newest resource.k8s.io version both sides know."""
         api = self._client()
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
+        t = self.timing
         try:
-            resp = client.ResourceApi(api).get_api_group(
-                _preload_content=False, _request_timeout=self.timing.list_timeout_s
-            )
-        except ApiException as e:
+            resp = api.get(GROUP_PATH, timeout=(t.connect_timeout_s, t.list_timeout_s))
+        except ApiError as e:
             if e.status == 404:
                 raise RuntimeError("resource.k8s.io is not served by this API server") from e
             raise
         group = read_json(resp)
-        served = {v.get("version") for v in group.get("versions") or ()}
+        versions = group.get("versions")
+        served = (
+            {v.get("version") for v in versions if isinstance(v, dict)}
+            if isinstance(versions, list)
+            else set()
+        )
         for version in DRA_VERSIONS:
-            cls = getattr(client, _SLICE_APIS[version], None)
-            if version in served and cls is not None:
-                return cls(api).list_resource_slice
+            if version in served:
+                return functools.partial(api.get, f"{GROUP_PATH}/{version}/resourceslices")
         raise RuntimeError(
-            f"resource.k8s.io serves {sorted(v for v in served if v)}; this exporter reads "
-            f"{', '.join(DRA_VERSIONS)} (a kubernetes client too old for v1 needs upgrading)"
+            f"resource.k8s.io serves {sorted(str(v) for v in served if v)}; this exporter "
+            f"reads {', '.join(DRA_VERSIONS)}"
         )

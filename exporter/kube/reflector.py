@@ -11,29 +11,30 @@ A list answer is read up to ``limits.MAX_LIST_BYTES`` and a watch line up to
 ``limits.MAX_WATCH_LINE_BYTES``; past either the answer is refused (counted,
 logged at most a few times a minute) and listed again after a backoff.
 
-``kubernetes`` is imported only when a reflector runs.
+Requests go through apiclient.py (the standard library's http.client).
 """
 
 from __future__ import annotations
 
-import contextlib
+import http.client
 import json
 import logging
-import os
 import random
-import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.kube import limits
+from exporter.kube import kubeconfig, limits
+from exporter.kube.apiclient import ApiClient, ApiError, ConnectError, Response, Timeout
 from exporter.kube.limits import Drops
 from exporter.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
+
+Lister = Callable[[dict[str, str], Timeout], Response]
+"""GET one collection with these query parameters and (connect, read) timeouts, s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ class Reflector:
         self,
         what: str,
         selector: str,
-        resolve: Callable[[], Callable[..., Any]],
+        resolve: Callable[[], Lister],
         on_list: Callable[[list[Any]], None],
         on_event: Callable[[str, Any], None],
         stop: threading.Event,
@@ -85,11 +86,11 @@ class Reflector:
         self._resolve, self._on_list, self._on_event, self._stop = resolve, on_list, on_event, stop
         self.drops = drops if drops is not None else Drops()
         self._warn = RateLimitedLog(log)
-        self._resp: Any = None
+        self._resp: Response | None = None
         self.rv: str | None = None  # where the next watch starts; None: list first
         self.synced = False
         self.status = f"{what}: waiting for the first list from the API server"
-        self._list_fn: Callable[..., Any] | None = None
+        self._list_fn: Lister | None = None
         self._delay = timing.backoff_initial_s
         self._failing = ""
         self._after_gone = False
@@ -152,28 +153,19 @@ class Reflector:
     def abort(self) -> None:
         """Unblock a read in progress (from another thread)."""
         resp = self._resp
-        if resp is None:
-            return
-        try:
-            resp.shutdown()  # urllib3 >= 2.3
-        except Exception:
-            sock = getattr(getattr(resp, "connection", None), "sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        if resp is not None:
+            resp.abort()
 
-    def _list(self, list_fn: Callable[..., Any], consistent: bool) -> str:
+    def _list(self, list_fn: Lister, consistent: bool) -> str:
         """Replace everything; the list's resourceVersion. Served from the API
         server's watch cache (resourceVersion=0): etcd has no index on spec.nodeName,
         so a quorum read per node scans every pod of the cluster. After a 410 the
         read is consistent instead, so the state cannot go back in time."""
         t = self.timing
-        resp = list_fn(
-            field_selector=self.selector,
-            resource_version=None if consistent else "0",
-            _preload_content=False,
-            _request_timeout=(t.connect_timeout_s, t.list_timeout_s),
-        )
+        params = {"fieldSelector": self.selector}
+        if not consistent:
+            params["resourceVersion"] = "0"
+        resp = list_fn(params, (t.connect_timeout_s, t.list_timeout_s))
         body = read_json(resp)
         items = body.get("items") or []
         if not isinstance(items, list):
@@ -184,25 +176,22 @@ class Reflector:
         log.debug("%s: listed %d", self.what, len(items))
         return str((body.get("metadata") or {}).get("resourceVersion", ""))
 
-    def _watch(self, list_fn: Callable[..., Any], rv: str) -> bool:
+    def _watch(self, list_fn: Lister, rv: str) -> bool:
         """Stream events into ``self.rv`` until the server ends the watch; True if it
         ended at once without events. Raises Gone on 410, and what broke it."""
-        from kubernetes.client.exceptions import ApiException
-
         t = self.timing
         timeout = int(t.watch_timeout_s * (1 + random.random() / 2))
         started = time.monotonic()
         try:
-            resp = list_fn(
-                field_selector=self.selector,
-                watch=True,
-                resource_version=rv,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _preload_content=False,
-                _request_timeout=(t.connect_timeout_s, timeout + t.read_grace_s),
-            )
-        except ApiException as e:
+            params = {
+                "fieldSelector": self.selector,
+                "watch": "true",
+                "resourceVersion": rv,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(timeout),
+            }
+            resp = list_fn(params, (t.connect_timeout_s, timeout + t.read_grace_s))
+        except ApiError as e:
             if e.status == 410:
                 raise Gone from e
             raise
@@ -234,16 +223,15 @@ class Reflector:
         finally:
             self._resp = None
             resp.close()
-            resp.release_conn()
         return events == 0 and time.monotonic() - started < min(1.0, timeout / 2)
 
 
-def lines(resp: Any, max_line: int | None = None) -> Iterable[str]:
+def lines(resp: Response, max_line: int | None = None) -> Iterable[str]:
     """The non-empty lines of a streamed answer; raises TooLarge for a line longer
     than ``max_line`` bytes (default ``limits.MAX_WATCH_LINE_BYTES``)."""
     limit = limits.MAX_WATCH_LINE_BYTES if max_line is None else max_line
     buf = b""
-    for chunk in resp.stream(amt=64 * 1024, decode_content=False):
+    for chunk in resp.stream(64 * 1024):
         buf += chunk
         *done, buf = buf.split(b"\n")
         for line in done:
@@ -255,16 +243,14 @@ def lines(resp: Any, max_line: int | None = None) -> Iterable[str]:
             raise TooLarge("watch_line", f"a watch event is longer than {limit} bytes")
 
 
-def read_json(resp: Any, max_bytes: int | None = None) -> dict[str, Any]:
+def read_json(resp: Response, max_bytes: int | None = None) -> dict[str, Any]:
     """The JSON object of a whole answer, read up to ``max_bytes`` (default
     ``limits.MAX_LIST_BYTES``); raises TooLarge past it, ValueError if not an object."""
     limit = limits.MAX_LIST_BYTES if max_bytes is None else max_bytes
     try:
-        data = resp.read(limit + 1, decode_content=False)
-        if len(data) > limit:
-            resp.close()  # the rest stays unread: the connection cannot be reused
+        data = resp.read(limit + 1)
     finally:
-        resp.release_conn()
+        resp.close()  # one connection per request (apiclient.py): the rest stays unread
     if len(data) > limit:
         raise TooLarge("list_bytes", f"the list answer is larger than {limit} bytes")
     body = json.loads(data)
@@ -273,41 +259,20 @@ def read_json(resp: Any, max_bytes: int | None = None) -> dict[str, Any]:
     return body
 
 
-def default_api_client() -> Any:
-    try:
-        from kubernetes import client, config
-    except ImportError as e:
-        raise RuntimeError(f"{e}: pod attribution needs it (pip install kubernetes)") from e
-
-    try:
-        cfg = client.Configuration()
-        config.load_incluster_config(client_configuration=cfg)
-        return client.ApiClient(cfg)
-    except config.ConfigException as in_cluster:
-        try:
-            # KUBECONFIG read now, not when kubernetes.config was imported; never write it back.
-            path = os.environ.get("KUBECONFIG") or "~/.kube/config"
-            return config.new_client_from_config(config_file=path, persist_config=False)
-        except Exception as e:
-            raise RuntimeError(
-                f"no Kubernetes configuration: not in a cluster ({in_cluster}) and no usable "
-                f"kubeconfig ({e})"
-            ) from e
+def default_api_client(sa_dir: str = kubeconfig.SERVICE_ACCOUNT_DIR) -> ApiClient:
+    """A client for the in-cluster configuration, else KUBECONFIG or ~/.kube/config
+    (kubeconfig.py); raises KubeConfigError saying what is missing."""
+    return ApiClient(kubeconfig.load(sa_dir))
 
 
 def _is_connection_error(e: BaseException) -> bool:
-    import urllib3.exceptions as u
-
-    return isinstance(e, u.HTTPError | OSError) and not isinstance(e, u.ResponseError)
+    return isinstance(e, OSError | http.client.HTTPException)
 
 
 def _describe(e: BaseException) -> str:
     """One short line for status and logs."""
-    import urllib3.exceptions as u
-    from kubernetes.client.exceptions import ApiException
-
-    if isinstance(e, ApiException):
-        msg = f"HTTP {e.status} {e.reason}"
+    if isinstance(e, ApiError):
+        msg = str(e)
         try:
             detail = json.loads(e.body or "{}").get("message")
         except (ValueError, AttributeError):
@@ -317,11 +282,9 @@ def _describe(e: BaseException) -> str:
         if e.status in (401, 403):
             msg += " (needs get, list and watch on pods, and on resourceslices with DRA)"
         return msg[:300]
-    if isinstance(e, u.MaxRetryError) and e.reason is not None:
-        return _describe(e.reason)
-    if isinstance(e, u.ReadTimeoutError):
+    if isinstance(e, TimeoutError):
         return "read timed out"
-    text = re.sub(r"^<[^>]*>: ", "", str(e)) or type(e).__name__
-    if isinstance(e, u.ProtocolError):
+    text = str(e) or type(e).__name__
+    if isinstance(e, http.client.HTTPException | OSError) and not isinstance(e, ConnectError):
         text = f"connection broken: {text}"
     return text[:300]

@@ -1,4 +1,4 @@
-"""PodWatcher through the real kubernetes client against a fake API server
+"""PodWatcher through the exporter's API client against a fake API server
 (tests/kube/fakeapi.py) that speaks the API's wire format over HTTP."""
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
-kubernetes = pytest.importorskip(
-    "kubernetes", reason="the kube extra is not installed: pip install -e '.[test]'"
-)
-
-from exporter.kube.apiserver import PodWatcher, Timing, sanitize_label_name  # noqa: E402
-from exporter.kube.cgroups import container_of  # noqa: E402
-from tests.kube.fakeapi import FakeAPIServer, load  # noqa: E402
+from exporter.kube.apiclient import ApiClient
+from exporter.kube.apiserver import PodWatcher, Timing, sanitize_label_name
+from exporter.kube.cgroups import container_of
+from exporter.kube.kubeconfig import ClusterConfig
+from tests.kube.fakeapi import FakeAPIServer, load
 
 ROOT = Path(__file__).parents[2]
 PROC = str(ROOT / "tests" / "fixtures" / "proc")
@@ -45,9 +43,7 @@ def wait_until(predicate, timeout=10.0, what=""):
 
 
 def client_for(url):
-    cfg = kubernetes.client.Configuration(host=url)
-    cfg.proxy = None
-    return kubernetes.client.ApiClient(cfg)
+    return ApiClient(ClusterConfig(server=url))
 
 
 def pod(name):
@@ -469,8 +465,12 @@ def test_dra_not_served_reports_and_pods_still_work(watchers):
 # -- packaging --
 
 
-def test_importing_the_module_does_not_import_kubernetes():
-    code = "import sys, exporter.kube.apiserver; print('kubernetes' in sys.modules)"
+def test_the_watch_does_not_import_the_kubernetes_client():
+    code = (
+        "import sys, exporter.kube.apiserver, exporter.kube.reflector, exporter.kube.apiclient, "
+        "exporter.kube.kubeconfig; print(sorted(m for m in ('kubernetes', 'urllib3') "
+        "if m in sys.modules) or False)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
 

@@ -1,4 +1,4 @@
-"""A broken or hostile API server (real HTTP on 127.0.0.1, through the real kubernetes
+"""A broken or hostile API server (real HTTP on 127.0.0.1, through the exporter's API
 client) cannot grow the pod watcher's memory or log without bound, and a tenant's pod
 labels cannot bloat the exposition or overwrite the exporter's own labels."""
 
@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-kubernetes = pytest.importorskip(
-    "kubernetes", reason="the kube extra is not installed: pip install -e '.[test]'"
-)
-
-from exporter.kube import limits  # noqa: E402
-from exporter.kube.apiserver import PodWatcher  # noqa: E402
-from tests.kube import hostileapi  # noqa: E402
-from tests.kube.hostileapi import HostileAPIServer, events, pod, pod_list  # noqa: E402
-from tests.kube.test_apiserver import FAST, client_for, wait_until  # noqa: E402
-from tests.kube.test_hostile_kubelet import rss_mib, warnings  # noqa: E402
+from exporter.kube import limits
+from exporter.kube.apiserver import PodWatcher
+from tests.kube import hostileapi
+from tests.kube.hostileapi import HostileAPIServer, events, pod, pod_list
+from tests.kube.test_apiserver import FAST, client_for, wait_until
+from tests.kube.test_hostile_kubelet import rss_mib, warnings
 
 
 def once(chunks):

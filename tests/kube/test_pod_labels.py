@@ -10,10 +10,6 @@ import json
 
 import pytest
 
-pytest.importorskip(
-    "kubernetes", reason="the kube extra is not installed: pip install -e '.[test]'"
-)
-
 from exporter import sim
 from exporter.catalog import load
 from exporter.collector import Collector

@@ -1,0 +1,182 @@
+"""Where the API server is and how to authenticate to it: in-cluster or a kubeconfig.
+
+Read the way the kubernetes clients read it: in a pod, from the environment
+(KUBERNETES_SERVICE_HOST and _PORT) and the service account's token and CA
+files; else from the kubeconfig named by KUBECONFIG (the first path of a
+``:``-separated list) or ~/.kube/config, its current context. Supported in a
+kubeconfig: server (https:// or http://), certificate-authority(-data),
+insecure-skip-tls-verify, tls-server-name; for the user a token or tokenFile,
+a client certificate and key (files or -data), or username and password.
+exec and auth-provider plugins are not run: an error says so.
+
+Files are read with a size bound and YAML without anchors or aliases (files.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.files import ConfigFileError, load_yaml, read_config_bytes, read_config_file
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+MAX_TOKEN_BYTES = 64 * 1024
+"""Bound on a token file, bytes."""
+
+
+class KubeConfigError(ValueError):
+    """No usable configuration; the message names the input and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """How to reach one API server. ``*_data`` fields hold PEM bytes (decoded
+    from the kubeconfig's base64); file fields are absolute paths. ``source``
+    names where this came from, for error messages."""
+
+    server: str
+    source: str = ""
+    ca_file: str = ""
+    ca_data: bytes = b""
+    insecure: bool = False
+    tls_server_name: str = ""
+    token: str = ""
+    token_file: str = ""
+    cert_file: str = ""
+    cert_data: bytes = b""
+    key_file: str = ""
+    key_data: bytes = b""
+    username: str = ""
+    password: str = ""
+
+
+def load(sa_dir: str = SERVICE_ACCOUNT_DIR, env: dict[str, str] | None = None) -> ClusterConfig:
+    """In-cluster configuration if in a pod, else the kubeconfig; raises KubeConfigError
+    naming both attempts."""
+    env = dict(os.environ) if env is None else env
+    try:
+        return in_cluster(sa_dir, env)
+    except KubeConfigError as not_in_cluster:
+        path = (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or "~/.kube/config"
+        try:
+            return from_kubeconfig(os.path.expanduser(path))
+        except KubeConfigError as e:
+            raise KubeConfigError(
+                f"no Kubernetes configuration: not in a cluster ({not_in_cluster}) and no "
+                f"usable kubeconfig ({e})"
+            ) from None
+
+
+def in_cluster(
+    sa_dir: str = SERVICE_ACCOUNT_DIR, env: dict[str, str] | None = None
+) -> ClusterConfig:
+    """The configuration of a pod: the API server's service address from the
+    environment, the service account's token (re-read as it rotates) and CA."""
+    env = dict(os.environ) if env is None else env
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise KubeConfigError("KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set")
+    token, ca = os.path.join(sa_dir, "token"), os.path.join(sa_dir, "ca.crt")
+    for path in (token, ca):
+        if not os.path.isfile(path):
+            raise KubeConfigError(f"{path} is missing: is a service account token mounted?")
+    read_token(token)  # fail now, not at the first request
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    return ClusterConfig(
+        server=f"https://{host}:{port}", source="in-cluster", ca_file=ca, token_file=token
+    )
+
+
+def read_token(path: str) -> str:
+    """The token in ``path``, stripped; raises KubeConfigError if unreadable or empty."""
+    try:
+        token = read_config_file(path, "token file", MAX_TOKEN_BYTES).strip()
+    except ConfigFileError as e:
+        raise KubeConfigError(str(e)) from None
+    if not token:
+        raise KubeConfigError(f"token file {path}: empty")
+    return token
+
+
+def from_kubeconfig(path: str) -> ClusterConfig:
+    """The current context's cluster and user of the kubeconfig at ``path``."""
+    try:
+        doc = load_yaml(read_config_file(path, "kubeconfig"), f"kubeconfig {path}")
+    except ConfigFileError as e:
+        raise KubeConfigError(str(e)) from None
+    if not isinstance(doc, dict):
+        raise KubeConfigError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)")
+    name = doc.get("current-context")
+    if not name:
+        raise KubeConfigError(f"kubeconfig {path}: no current-context; set one with kubectl")
+    context = _named(doc, "contexts", "context", name, path)
+    cluster = _named(doc, "clusters", "cluster", context.get("cluster"), path)
+    user = _named(doc, "users", "user", context.get("user"), path) if context.get("user") else {}
+    base = os.path.dirname(os.path.abspath(path))
+    server = str(cluster.get("server") or "")
+    if not server.startswith(("https://", "http://")):
+        raise KubeConfigError(
+            f"kubeconfig {path}: cluster {context.get('cluster')!r} has no https:// or "
+            f"http:// server; set clusters[].cluster.server"
+        )
+    for plugin in ("exec", "auth-provider"):
+        if user.get(plugin):
+            raise KubeConfigError(
+                f"kubeconfig {path}: user {context.get('user')!r} uses an {plugin} plugin, "
+                f"which this exporter does not run; give it a token, tokenFile or client "
+                f"certificate instead (e.g. a service account token)"
+            )
+    return ClusterConfig(
+        server=server.rstrip("/"),
+        source=f"kubeconfig {path}",
+        ca_file=_file(cluster, "certificate-authority", base),
+        ca_data=_data(cluster, "certificate-authority-data", path),
+        insecure=cluster.get("insecure-skip-tls-verify") is True,
+        tls_server_name=str(cluster.get("tls-server-name") or ""),
+        token=str(user.get("token") or ""),
+        token_file=_file(user, "tokenFile", base),
+        cert_file=_file(user, "client-certificate", base),
+        cert_data=_data(user, "client-certificate-data", path),
+        key_file=_file(user, "client-key", base),
+        key_data=_data(user, "client-key-data", path),
+        username=str(user.get("username") or ""),
+        password=str(user.get("password") or ""),
+    )
+
+
+def _named(doc: dict[str, Any], section: str, key: str, name: Any, path: str) -> dict[str, Any]:
+    """The ``key`` mapping of the entry called ``name`` in ``doc[section]``."""
+    for entry in doc.get(section) or ():
+        if isinstance(entry, dict) and entry.get("name") == name:
+            value = entry.get(key) or {}
+            if not isinstance(value, dict):
+                break
+            return value
+    raise KubeConfigError(f"kubeconfig {path}: no {key} named {name!r} in {section}")
+
+
+def _file(section: dict[str, Any], key: str, base: str) -> str:
+    value = section.get(key)
+    return os.path.join(base, os.path.expanduser(str(value))) if value else ""
+
+
+def _data(section: dict[str, Any], key: str, path: str) -> bytes:
+    value = section.get(key)
+    if not value:
+        return b""
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except (binascii.Error, ValueError):
+        raise KubeConfigError(f"kubeconfig {path}: {key} is not valid base64") from None
+
+
+def read_pem(path: str, what: str) -> bytes:
+    """A PEM file's bytes (bounded); raises KubeConfigError naming it."""
+    try:
+        return read_config_bytes(path, what)
+    except ConfigFileError as e:
+        raise KubeConfigError(str(e)) from None
