@@ -1,71 +1,91 @@
-"""The ClusterRole grants exactly the API calls the exporter's code makes: every Kubernetes
-client call under exporter/kube/ is found by name and mapped to (API group, resource, verb)."""
+"""The ClusterRole grants exactly the API calls the exporter makes: the pod watch (with
+and without DRA) runs against the fake API server, every request it sends is recorded
+and mapped to (API group, resource, verb), and the set is compared with the rules."""
 
 from __future__ import annotations
 
-import re
+import time
 from typing import Any
 
-from tests.procs import ROOT
+import pytest
 
-KUBE = ROOT / "exporter" / "kube"
-# Resource (as the client's method names spell it) -> (API group, plural); a call on a
-# resource not listed here fails the test, so a new API call needs its RBAC decided first.
-RESOURCES = {
-    "pod": ("", "pods"),
-    "resource_slice": ("resource.k8s.io", "resourceslices"),
-}
-VERBS = {
-    "list": "list",
-    "read": "get",
-    "create": "create",
-    "patch": "patch",
-    "delete": "delete",
-    "replace": "update",
-    "connect": "create",
-}
-# Discovery documents (GET /apis/<group>) are non-resource URLs, open to every
-# authenticated user by the default system:discovery role: no rule needed.
-DISCOVERY = {"get_api_group", "get_api_resources", "get_api_versions", "get_code"}
-METHOD = re.compile(
-    r"(?P<verb>[a-z]+)_(?:namespaced_)?(?P<resource>[a-z_]+?)"
-    r"(?:_for_all_namespaces)?(?:_with_http_info)?$"
-)
+from exporter.kube.apiclient import ApiClient
+from exporter.kube.apiserver import PodWatcher, Timing
+from exporter.kube.kubeconfig import ClusterConfig
+from tests.kube.fakeapi import FakeAPIServer, load
+
+FAST = Timing(backoff_initial_s=0.05, backoff_max_s=0.2, watch_timeout_s=30, read_grace_s=5)
+# HTTP method -> verb for a request without an object name (collections).
+COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
+OBJECT_VERBS = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
-def client_methods() -> set[str]:
-    """Every method of the kubernetes client's API classes (CoreV1Api, ResourceV1Api, ...)."""
-    from kubernetes import client
+def verb_of(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str] | None:
+    """(group, resource, verb) of one request, as the API server's authorizer sees it;
+    None for discovery documents (/api, /apis/<group>[/<version>]), which are
+    non-resource URLs open to every authenticated user (system:discovery)."""
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]  # /api/v1/...
+    elif parts[0] == "apis" and len(parts) > 3:
+        group, rest = parts[1], parts[3:]  # /apis/<group>/<version>/...
+    elif parts[0] == "apis":
+        return None
+    else:
+        raise AssertionError(f"{method} {path}: not an API path")
+    if not rest:
+        return None
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] if len(rest) < 3 else f"{rest[0]}/{rest[2]}"  # a subresource
+    if len(rest) == 1:
+        verb = "watch" if query.get("watch") in ("true", "1") else COLLECTION_VERBS[method]
+    else:
+        verb = OBJECT_VERBS[method]
+    return group, resource, verb
 
-    return {
-        name
-        for cls_name in dir(client)
-        if cls_name.endswith("Api") and isinstance(getattr(client, cls_name), type)
-        for name in vars(getattr(client, cls_name))
-        if re.match(r"(list|read|create|patch|delete|replace|connect|get)_", name)
-    }
 
-
-def code_calls() -> set[tuple[str, str, str]]:
-    """(group, resource, verb) for every client call in exporter/kube/, recursively."""
-    methods = client_methods()
-    found: set[tuple[str, str, str]] = set()
-    paths = [p for p in sorted(KUBE.rglob("*.py")) if "generated" not in p.parts]
-    # (generated: protobuf stubs for the kubelet's gRPC API, not the API server)
-    # the reflector (a module of its own) calls each list function again with watch=True
-    watches = any("watch=True" in p.read_text() for p in paths)
-    for path in paths:
-        text = path.read_text()
-        assert "call_api(" not in text, f"{path.name}: raw API calls need their RBAC checked"
-        for name in set(re.findall(r"\.([a-z_]+)\b", text)) & methods - DISCOVERY:
-            m = METHOD.fullmatch(name)
-            assert m and m.group("verb") in VERBS, f"{path.name}: {name} has no RBAC mapping"
-            assert m.group("resource") in RESOURCES, f"{path.name}: {name} has no RBAC mapping"
-            group, plural = RESOURCES[m.group("resource")]
-            found.add((group, plural, VERBS[m.group("verb")]))
-            if m.group("verb") == "list" and watches:
-                found.add((group, plural, "watch"))
+def recorded_calls(dra: bool) -> set[tuple[str, str, str]]:
+    """What a pod watcher asks of the API server: a list and a watch of each resource,
+    a watch resumed after a cut and a list again after 410 Gone."""
+    with FakeAPIServer(load("pods.yaml"), load("resourceslices-v1.yaml")) as api:
+        client = ApiClient(ClusterConfig(server=api.url))
+        w = PodWatcher("node-a", api_client=client, dra=dra, timing=FAST)
+        w.start()
+        try:
+            watches = 2 if dra else 1
+            wait(
+                lambda: (
+                    w.synced and sum(q.get("watch") == "true" for _, q in api.requests) >= watches
+                )
+            )
+            lists = len(api.requests)
+            api.freeze()  # the open watches miss the change, so they resume from before it
+            api.modify(load("pods.yaml")[0])
+            api.compact()
+            api.break_watches()
+            api.thaw()
+            wait(lambda: len(api.requests) >= lists + 2 * watches)
+        finally:
+            w.stop()
+            gone = [q for p, q in api.requests if q.get("watch") and q["resourceVersion"] != "0"]
+            assert len(gone) > watches  # a watch was resumed after the cut
+        calls = list(api.calls)
+    found = {v for v in (verb_of(*c) for c in calls) if v is not None}
+    assert ("", "pods", "list") in found and ("", "pods", "watch") in found
     return found
+
+
+def wait(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "the watcher did not get that far"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def calls() -> dict[str, set[tuple[str, str, str]]]:
+    return {"base": recorded_calls(dra=False), "dra": recorded_calls(dra=True)}
 
 
 def granted(objs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -81,17 +101,28 @@ def granted(objs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     }
 
 
-def test_the_scan_finds_the_pod_watch():
-    calls = code_calls()
-    assert ("", "pods", "list") in calls and ("", "pods", "watch") in calls
+def test_the_mapping_of_requests_to_verbs():
+    assert verb_of("GET", "/api/v1/pods", {"watch": "true"}) == ("", "pods", "watch")
+    assert verb_of("GET", "/api/v1/namespaces/ns/pods/p", {}) == ("", "pods", "get")
+    assert verb_of("GET", "/api/v1/namespaces/ns/pods/p/log", {}) == ("", "pods/log", "get")
+    assert verb_of("PATCH", "/apis/apps/v1/namespaces/ns/deployments/d", {}) == (
+        "apps", "deployments", "patch",
+    )  # fmt: skip
+    assert verb_of("GET", "/apis/resource.k8s.io", {}) is None
 
 
-def test_every_target_grants_only_what_the_code_calls(rendered):
-    calls = code_calls()
+def test_the_pod_watch_lists_and_watches_resourceslices_with_dra(calls):
+    assert calls["dra"] - calls["base"] == {
+        ("resource.k8s.io", "resourceslices", "list"),
+        ("resource.k8s.io", "resourceslices", "watch"),
+    }
+
+
+def test_every_target_grants_only_what_the_code_calls(rendered, calls):
     for name, objs in rendered.items():
-        assert granted(objs) <= calls, name
+        assert granted(objs) <= calls["dra"], name
 
 
-def test_pods_and_dra_together_grant_everything_the_code_calls(rendered):
-    assert granted(rendered["dra"]) == code_calls()
-    assert granted(rendered["base"]) == {(g, r, v) for g, r, v in code_calls() if r == "pods"}
+def test_pods_and_dra_grant_exactly_what_the_code_calls(rendered, calls):
+    assert granted(rendered["dra"]) == calls["dra"]
+    assert granted(rendered["base"]) == calls["base"]

@@ -88,7 +88,8 @@ class FakeAPIServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.slice_versions = slice_versions
         self.gone_as = gone_as
-        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.requests: list[tuple[str, dict[str, str]]] = []  # GETs: path, query
+        self.calls: list[tuple[str, str, dict[str, str]]] = []  # every request, with its method
         self._cond = threading.Condition()
         self._rv = 1000
         self._compacted = 0
@@ -230,10 +231,23 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_GET(self) -> None:
+    def _record(self) -> tuple[str, dict[str, str]]:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        self.fake.requests.append((url.path, query))
+        self.fake.calls.append((self.command, url.path, query))
+        return url.path, query
+
+    def _not_served(self) -> None:
+        """Any method but GET: recorded, and refused as a read-only fake."""
+        self._record()
+        self._status(HTTPStatus.METHOD_NOT_ALLOWED, "MethodNotAllowed", "read-only fake")
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _not_served
+
+    def do_GET(self) -> None:
+        path, query = self._record()
+        url = urlsplit(self.path)
+        self.fake.requests.append((path, query))
         if self.fake.deny:
             message = 'pods is forbidden: User "system:serviceaccount:gpu:exporter" cannot list'
             self._status(HTTPStatus.FORBIDDEN, "Forbidden", message)
