@@ -22,7 +22,7 @@ RUN python3 -m venv /opt/gpu-exporter
 # Dependencies get their own layer, rebuilt only when pyproject.toml changes. Wheels only:
 # the image has no compiler, so a dependency without a wheel must fail here, loudly.
 COPY pyproject.toml ./
-# The kube extra (grpcio, protobuf, kubernetes) is installed too: the image serves -k.
+# The kube extra (grpcio, protobuf) is installed too: the image serves -k.
 RUN python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["kube"]))' \
         > /tmp/requirements.txt \
  && /opt/gpu-exporter/bin/pip install --only-binary=:all: -r /tmp/requirements.txt
@@ -30,13 +30,10 @@ COPY README.md ./
 COPY exporter ./exporter
 # pip compiles the .pyc files at install time, so nothing is written at run time (read-only
 # root). pip itself is not needed to run and leaves with the build stage's other tools.
-# The kubernetes client ships an asyncio copy of itself (kubernetes/aio, ~67 MiB) that the
-# exporter never imports (exporter/kube/apiserver.py uses the synchronous client).
 RUN /opt/gpu-exporter/bin/pip install --no-deps . \
  && /opt/gpu-exporter/bin/pip uninstall -q -y pip setuptools \
- && rm -rf /opt/gpu-exporter/lib/python3*/site-packages/kubernetes/aio \
  && /opt/gpu-exporter/bin/gpu-exporter --simulate --check \
- && /opt/gpu-exporter/bin/python -c "import exporter.kube.apiserver as a, kubernetes.client, kubernetes.watch"
+ && /opt/gpu-exporter/bin/python -c "import exporter.kube.apiserver, exporter.kube.podresources"
 
 FROM ${BASE_IMAGE}
 ARG BASE_IMAGE

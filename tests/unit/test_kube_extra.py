@@ -28,7 +28,6 @@ sys.exit(main(sys.argv[1:]))
         ("grpc", "grpcio", True),
         ("grpc", "grpcio", False),  # a plain start stops before serving
         ("google.protobuf", "protobuf", True),
-        ("kubernetes", "kubernetes", True),
     ],
 )
 def test_k_without_the_kube_extra_names_the_install(
