@@ -46,13 +46,14 @@ def split_shared(
         if dev is None:
             continue
         holders = podmap.owners[key]
+        read = key in snap.processes  # not read in a cycle before the device was known shared
         procs = snap.processes.get(key, ())
         joined = [owner_of(p.pid) if owner_of else None for p in procs]
         mem: dict[Owner, float] = {}
         sm: dict[Owner, float] = {}
         # Holders get shares (0 when idle) only where the join works for this device: a
         # device where no process could be joined (no host PIDs, say) shows the total only.
-        if owner_of is not None and (not procs or any(o in holders for o in joined)):
+        if owner_of is not None and read and (not procs or any(o in holders for o in joined)):
             mem = dict.fromkeys(holders, 0.0)
             sm = dict.fromkeys(holders, 0.0)
         for p, o in zip(procs, joined, strict=True):

@@ -5,12 +5,8 @@ The 10-minute run and its figures are in docs/reliability.md."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.reliability.attack_report import summary, verdict
 from tests.reliability.attack_soak import soak
-
-pytest.importorskip("kubernetes", reason="the pod watcher needs the kubernetes client")
 
 
 def test_attack_soak_one_minute():
