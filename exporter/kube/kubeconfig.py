@@ -128,7 +128,7 @@ def from_kubeconfig(path: str) -> ClusterConfig:
             raise KubeConfigError(
                 f"kubeconfig {path}: user {context.get('user')!r} uses an {plugin} plugin, "
                 f"which this exporter does not run; give it a token, tokenFile or client "
-                f"certificate instead (e.g. a service account token)"
+                f"certificate instead"
             )
     return ClusterConfig(
         server=server.rstrip("/"),

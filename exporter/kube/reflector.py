@@ -28,6 +28,7 @@ from typing import Any
 
 from exporter.kube import kubeconfig, limits
 from exporter.kube.apiclient import ApiClient, ApiError, ConnectError, Response, Timeout
+from exporter.kube.kubeconfig import KubeConfigError
 from exporter.kube.limits import Drops
 from exporter.ratelimit import RateLimitedLog
 
@@ -282,6 +283,8 @@ def _describe(e: BaseException) -> str:
         if e.status in (401, 403):
             msg += " (needs get, list and watch on pods, and on resourceslices with DRA)"
         return msg[:300]
+    if isinstance(e, KubeConfigError):
+        return str(e)[:600]  # both attempts, each naming its input and what to do
     if isinstance(e, TimeoutError):
         return "read timed out"
     text = str(e) or type(e).__name__

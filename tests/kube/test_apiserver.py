@@ -331,6 +331,19 @@ def test_no_configuration_at_all(tmp_path, monkeypatch):
         w.stop()
 
 
+def test_an_exec_plugin_is_named_whole_in_the_status(tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kubeconfig = Path(__file__).parents[1] / "fixtures" / "kubeconfig" / "exec-plugin.yaml"
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    w = PodWatcher("node-a", timing=FAST)
+    w.start()
+    try:
+        wait_until(lambda: "exec plugin" in w.status)
+        assert "give it a token, tokenFile or client certificate instead) (retrying in" in w.status
+    finally:
+        w.stop()
+
+
 def test_stop_returns_quickly_with_a_watch_open(api):
     w = PodWatcher("node-a", api_client=client_for(api.url), timing=Timing(), dra=True)
     w.start()
