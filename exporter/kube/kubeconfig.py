@@ -2,12 +2,13 @@
 
 Read the way the kubernetes clients read it: in a pod, from the environment
 (KUBERNETES_SERVICE_HOST and _PORT) and the service account's token and CA
-files; else from the kubeconfig named by KUBECONFIG (the first path of a
-``:``-separated list) or ~/.kube/config, its current context. Supported in a
-kubeconfig: server (https:// or http://), certificate-authority(-data),
-insecure-skip-tls-verify, tls-server-name; for the user a token or tokenFile,
-a client certificate and key (files or -data), or username and password.
-exec and auth-provider plugins are not run: an error says so.
+files; else from the kubeconfig named by KUBECONFIG (the first non-empty path
+of a ``:``-separated list; files are not merged) or ~/.kube/config, its
+current context. Supported in a kubeconfig: server (https:// or http://),
+certificate-authority(-data), insecure-skip-tls-verify, tls-server-name; for
+the user a token or tokenFile, a client certificate and key (files or -data),
+or username and password. exec and auth-provider plugins are not run: an
+error says so.
 
 Files are read with a size bound and YAML without anchors or aliases (files.py).
 """
@@ -60,7 +61,8 @@ def load(sa_dir: str = SERVICE_ACCOUNT_DIR, env: dict[str, str] | None = None) -
     try:
         return in_cluster(sa_dir, env)
     except KubeConfigError as not_in_cluster:
-        path = (env.get("KUBECONFIG") or "").split(os.pathsep)[0] or "~/.kube/config"
+        paths = [p for p in (env.get("KUBECONFIG") or "").split(os.pathsep) if p]
+        path = paths[0] if paths else "~/.kube/config"
         try:
             return from_kubeconfig(os.path.expanduser(path))
         except KubeConfigError as e:

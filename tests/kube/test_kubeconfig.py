@@ -114,7 +114,7 @@ def test_in_cluster_needs_the_environment_and_the_token(tmp_path):
 def test_in_cluster_comes_first_then_the_first_kubeconfig_of_the_list(tmp_path):
     d = service_account(tmp_path)
     first, second = FIX / "basic-http.yaml", FIX / "token.yaml"
-    env = {"KUBECONFIG": f"{first}:{second}"}
+    env = {"KUBECONFIG": f":{first}:{second}"}
     assert kubeconfig.load(str(d), {**env, **ENV}).source == "in-cluster"
     assert kubeconfig.load(str(d), env).server == "http://127.0.0.1:8001"
 
