@@ -9,13 +9,19 @@ for the TLS handshake, a bound on the total size of a request's headers (431), a
 write timeout (a client that stops reading is cut off), and an answer-then-close
 for a client that half-closes after its request. aiohttp's keep-alive timer is the
 header-read and idle timeout; its parser bounds the request line and each header.
+
+At the limit, a new socket makes room by closing one never answered (oldest first),
+and a connection that has been answered (the scraper's keep-alive one) only when no
+other is left, then the one idle longest (exporter/eviction.py has the rule and what
+an attacker can do against it). The listener (exporter/listener.py) counts a socket
+the moment it accepts it and stops accepting while the sockets held, those closing
+included, reach the limit plus its headroom.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import ssl
 from asyncio import sslproto
 from collections.abc import Callable, Coroutine
@@ -24,6 +30,8 @@ from typing import Any
 
 from aiohttp import web
 
+from exporter import eviction
+from exporter.headers import HeaderBudget
 from exporter.ratelimit import RateLimited
 
 log = logging.getLogger(__name__)
@@ -34,8 +42,6 @@ REFUSED_431 = (
 )
 SHUTDOWN_S = 3.0
 """Longest a TLS connection's closing handshake (close_notify) may take, seconds."""
-_LENGTH = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?\n", re.IGNORECASE)
-_CHUNKED = re.compile(rb"\r?\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,56 +53,6 @@ class Limits:
     write_s: float = 15.0
     max_header_bytes: int = 16384
     grace_s: float = 3.0  # an evicted connection that is sending gets this long to finish
-
-
-class HeaderBudget:
-    """Follows the request heads in a connection's byte stream (pipelined requests and
-    bodies with a Content-Length skipped); :meth:`feed` is False once a head (request
-    line and headers) is over ``limit`` bytes. Holds at most ``limit`` + one chunk."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.head = bytearray()  # the current request's head so far
-        self._skip = 0  # body bytes to pass before the next request's head
-        self._counting = True  # False after a chunked body: per-field limits still apply
-
-    @property
-    def between(self) -> bool:
-        """Whether the stream is between requests (no partial head or body pending)."""
-        return not self.head and not self._skip and self._counting
-
-    def feed(self, data: bytes) -> bool:
-        """Account for ``data``; False when a head is over the budget."""
-        view = memoryview(data)
-        while self._counting and len(view):
-            if self._skip:
-                n = min(self._skip, len(view))
-                self._skip -= n
-                view = view[n:]
-                continue
-            start = max(0, len(self.head) - 3)
-            self.head += view
-            end = _head_end(self.head, start)
-            if end < 0:
-                return len(self.head) <= self.limit
-            if end > self.limit:
-                return False
-            head = bytes(self.head[:end])
-            view = view[len(view) - (len(self.head) - end) :]
-            self.head = bytearray()
-            if _CHUNKED.search(head):
-                self._counting = False
-            m = _LENGTH.search(head)
-            self._skip = int(m.group(1)) if m else 0
-        return True
-
-
-def _head_end(buf: bytearray, start: int) -> int:
-    """Index just past the blank line ending a head in ``buf`` (from ``start``), or -1."""
-    crlf, lf = buf.find(b"\r\n\r\n", start), buf.find(b"\n\n", start)
-    if crlf >= 0 and (lf < 0 or crlf <= lf):
-        return crlf + 4
-    return lf + 2 if lf >= 0 else -1
 
 
 class _SmallBuffers(sslproto.SSLProtocol):
@@ -145,6 +101,7 @@ class Guard(asyncio.Protocol):
         self._write_timer: asyncio.TimerHandle | None = None
         self._handshake: asyncio.Task[None] | None = None
         self._early = bytearray()  # decrypted before start_tls returned: fed after connecting
+        self.answered_at: float | None = None  # loop time of the last trusted answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -218,6 +175,7 @@ class Guard(asyncio.Protocol):
             return False
         transport.write(answer)
         loop = asyncio.get_running_loop()
+        self.answered_at = loop.time()
         inner._next_keepalive_close_time = close_at = loop.time() + inner._keepalive_timeout
         if inner._keepalive_handle is None:
             inner._keepalive_handle = loop.call_at(close_at, inner._process_keepalive)
@@ -270,6 +228,11 @@ class Guard(asyncio.Protocol):
             self.connected = False
             self.inner.connection_lost(exc)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is being answered (or queued) on this connection."""
+        return self.connected and not self._idle()
+
     def evict(self) -> None:
         """Make room: a socket in its handshake is dropped; a connection waiting for a
         request closes at once, one sending a response after it (or grace_s)."""
@@ -279,8 +242,8 @@ class Guard(asyncio.Protocol):
                 self._handshake.cancel()
             if self.raw is not None:
                 self.raw.abort()  # also when the handshake task never got to run
-            else:  # accepted, not yet set up: forget it (connection_made checks `going`)
-                self.pool.closed(self)
+            # else accepted, not yet set up: connection_made aborts it (still counted:
+            # its descriptor is open until then)
             return
         if self._idle():  # waiting for (the rest of) a request: nothing to finish
             self.inner.force_close()  # type: ignore[attr-defined]
@@ -305,45 +268,72 @@ class _Refused(asyncio.Protocol):
 
 class ConnectionLimit:
     """Protocol factory: aiohttp's server behind a :class:`Guard` per socket, at most
-    ``limits.max_connections`` of them. At the limit a new socket makes the oldest that
-    has not been told to go yet leave (:meth:`Guard.evict`), so that a flood of idle or
-    half-open connections cannot lock a scraper out; only when every open one is already
-    going is the new one refused. Sockets still in the kernel's accept queue (the listen
-    backlog) are not yet counted."""
+    ``limits.max_connections`` of them. At the limit a new socket makes another leave
+    (:meth:`Guard.evict`), chosen by exporter/eviction.py: never-answered connections
+    first (oldest first), answered ones (the scraper's keep-alive) only when no other
+    is left. So a flood of idle, half-open or handshaking connections cannot lock a
+    scraper out; only when every open one is already going is the new one refused. The
+    :class:`~exporter.listener.Listener` asks :meth:`full` before each accept, so that
+    sockets still closing stay within ``headroom`` over the limit."""
 
     def __init__(
-        self, server: web.Server, limits: Limits, tls: ssl.SSLContext | None = None
+        self,
+        server: web.Server,
+        limits: Limits,
+        tls: ssl.SSLContext | None = None,
+        headroom: int = 32,
     ) -> None:
         self.server = server
         self.limits = limits
         self.tls = tls
+        self.headroom = headroom
         self.fast: Callable[[bytes], bytes | None] | None = None  # exporter/fastpath.py
         self.open: dict[Guard, None] = {}  # insertion order: oldest first
         self.evicted = self.refused = self.too_large = self.write_timeouts = 0
+        self.on_room: Callable[[], None] | None = None  # called when no longer full
         self._tasks: set[asyncio.Task[None]] = set()
         self._logs: dict[str, RateLimited] = {}
         self.closing = False  # close_all() was called: sockets accepted from now on go
 
     def __call__(self) -> asyncio.BaseProtocol:
+        return self.admit() or _Refused()
+
+    def admit(self) -> Guard | None:
+        """A Guard for a socket just accepted, counted from now on (making room first);
+        None when it must be closed: shutting down, or every open one already going."""
         if self.closing:
-            return _Refused()
+            return None
         if len(self.open) >= self.limits.max_connections:
-            staying = [g for g in self.open if not g.going]
-            if not staying:
-                self.refused += 1
-                self._full()
-                return _Refused()
-            for victim in staying[: max(1, len(staying) - self.limits.max_connections + 1)]:
+            live = len(self.open) - sum(g.going for g in self.open)
+            while live >= self.limits.max_connections:
+                victim = eviction.victim(self.open)
+                if victim is None:
+                    self.refused += 1
+                    self._full()
+                    return None
                 victim.evict()
                 self.evicted += 1
+                live -= 1
             self._full()
         guard = Guard(self, self.server())
         self.open[guard] = None  # counted from accept on, before asyncio calls connection_made
         return guard
 
+    def full(self) -> bool:
+        """Whether the sockets held (those going included) leave no room to accept."""
+        return len(self.open) >= self.limits.max_connections + self.headroom
+
     def closed(self, guard: Guard) -> None:
         guard.going = True
+        counted = guard in self.open
         self.open.pop(guard, None)
+        if counted and self.on_room is not None and not self.full():
+            self.on_room()  # the listener accepts again (after pausing when full)
+
+    def forget(self, protocol: asyncio.Protocol) -> None:
+        """A socket counted by :meth:`admit` whose transport was never made."""
+        if isinstance(protocol, Guard):
+            self.closed(protocol)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -355,8 +345,9 @@ class ConnectionLimit:
 
     def _full(self) -> None:
         self.report(
-            "%d HTTP connections open, the limit is %d (--max-connections): closing the "
-            "oldest (%d so far), refusing new ones when all are closing (%d so far)",
+            "%d HTTP connections open, the limit is %d (--max-connections): closing "
+            "never-answered ones first, oldest first (%d so far), refusing new ones when "
+            "all are closing (%d so far)",
             len(self.open),
             self.limits.max_connections,
             self.evicted,

@@ -1,0 +1,153 @@
+"""The listening sockets, accepted from in small batches and not at all while full.
+
+asyncio's own server accepts up to its listen backlog (128) sockets per readiness
+event before any protocol sees them, so a flood could hold --max-connections + 128
+descriptors. Here each accepted socket is counted by the connection limit
+(exporter.connections) the moment it is accepted, at most :data:`ACCEPT_BATCH` are
+accepted per event, and accepting stops while the exporter holds
+``max_connections + ACCEPT_HEADROOM`` sockets (those still closing included): the rest
+wait in the kernel's accept queue (:data:`BACKLOG`), which costs the exporter nothing.
+So the exporter's open descriptors stay within its idle count plus
+``max_connections + ACCEPT_HEADROOM``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+from collections.abc import Callable
+
+from exporter.ratelimit import RateLimited
+
+log = logging.getLogger(__name__)
+
+BACKLOG = 128
+"""Connections the kernel queues before the exporter accepts them (listen())."""
+ACCEPT_BATCH = 16
+"""Most sockets accepted per readiness event of a listening socket."""
+ACCEPT_HEADROOM = 32
+"""Sockets the exporter may hold over --max-connections: those told to go, still
+closing (an evicted connection sending a response gets the grace to finish it)."""
+RETRY_S = 1.0
+"""Pause after accept() fails for lack of descriptors or memory, seconds."""
+_SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+def bind(host: str | None, port: int) -> list[socket.socket]:
+    """Listening sockets for ``host`` (None: every interface, IPv4 and IPv6) and ``port``,
+    as asyncio's create_server makes them. Raises socket.gaierror or OSError."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+class Listener:
+    """Accepts from ``socks`` into ``admit``, which counts the socket at once and gives
+    its protocol (None: close it); ``full`` says when to stop accepting until
+    :meth:`resume` is called."""
+
+    def __init__(
+        self,
+        socks: list[socket.socket],
+        admit: Callable[[], asyncio.Protocol | None],
+        full: Callable[[], bool],
+        forget: Callable[[asyncio.Protocol], None],
+    ) -> None:
+        self.socks = socks
+        self.admit = admit
+        self.full = full
+        self.forget = forget  # a counted socket whose transport could not be made
+        self.paused = False
+        self.closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._log = RateLimited(60.0)
+        self._loop = asyncio.get_running_loop()
+        self._retry: asyncio.TimerHandle | None = None
+        self._watch()
+
+    def _watch(self) -> None:
+        for sock in self.socks:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _unwatch(self) -> None:
+        for sock in self.socks:
+            self._loop.remove_reader(sock.fileno())
+
+    def pause(self) -> None:
+        """Stop accepting; the kernel's queue holds new connections."""
+        if not self.paused and not self.closed:
+            self.paused = True
+            self._unwatch()
+
+    def resume(self) -> None:
+        """Accept again (after :meth:`pause`), unless closed or waiting out an error."""
+        if self.paused and not self.closed and self._retry is None:
+            self.paused = False
+            self._watch()
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            if self.full():
+                self.pause()
+                return
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as e:
+                self._failed(e)
+                return
+            protocol = self.admit()
+            if protocol is None:
+                conn.close()
+                continue
+            conn.setblocking(False)
+            task = self._loop.create_task(self._connect(conn, protocol))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connect(self, conn: socket.socket, protocol: asyncio.Protocol) -> None:
+        try:
+            await self._loop.connect_accepted_socket(lambda: protocol, conn)
+        except Exception:  # reset before its transport was made: nothing to answer
+            conn.close()
+            self.forget(protocol)
+
+    def _failed(self, e: OSError) -> None:
+        why = "out of file descriptors or memory" if e.errno in _SHORT_OF else "failed"
+        self._log.log(log, logging.WARNING, "accepting connections %s (%s): retrying in %g s",
+                      why, e.strerror or e, RETRY_S)  # fmt: skip
+        self.pause()
+        self._retry = self._loop.call_later(RETRY_S, self._retried)
+
+    def _retried(self) -> None:
+        self._retry = None
+        self.resume()
+
+    def close(self) -> None:
+        """Stop accepting and close the listening sockets (accepted ones stay)."""
+        if self.closed:
+            return
+        if not self.paused:
+            self._unwatch()
+        self.closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+        for sock in self.socks:
+            sock.close()
