@@ -139,6 +139,29 @@ def test_a_flood_of_never_answered_sockets_spares_the_scrapers_connection(tmp_pa
     assert took_stop < 3
 
 
+def test_when_every_connection_was_answered_the_longest_idle_goes(tmp_path):
+    """A cap full of answered connections: a new socket closes the one idle longest, and
+    the next new socket closes that never-answered one, not another scraper."""
+    node = _node(tmp_path, "--max-connections", "4", "--http-timeout", "10000")
+    try:
+        node.wait_ready()
+        kept = {name: KeepAlive(node.port) for name in "ABCD"}
+        for name in "ABCDA":
+            assert kept[name].get()[0] == 200
+        first = socket.create_connection(("127.0.0.1", node.port), timeout=5)
+        wait_until(lambda: closed_by_peer(kept["B"].sock), 2, "B, idle longest, closed")
+        second = socket.create_connection(("127.0.0.1", node.port), timeout=5)
+        wait_until(lambda: closed_by_peer(first), 2, "the silent socket closed")
+        for name in "ACD":
+            assert kept[name].get()[0] == 200, name
+        assert not closed_by_peer(second)
+        for sock in (first, second, *(k.sock for k in kept.values())):
+            sock.close()
+    finally:
+        took_stop = node.terminate(10)
+    assert took_stop < 3
+
+
 def _basic(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 

@@ -1,0 +1,41 @@
+"""The eviction rule (exporter/eviction.py) on connections described by their state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.eviction import victim
+
+
+@dataclass
+class Conn:
+    name: str
+    answered_at: float | None = None
+    busy: bool = False
+    going: bool = False
+
+
+def pick(*conns: Conn) -> str | None:
+    chosen = victim(conns)
+    return chosen.name if chosen is not None else None
+
+
+def test_never_answered_go_first_oldest_first():
+    assert pick(Conn("scraper", 5.0), Conn("a"), Conn("b")) == "a"
+    assert pick(Conn("a", going=True), Conn("b"), Conn("c")) == "b"
+
+
+def test_a_first_request_being_answered_goes_after_the_silent_ones():
+    assert pick(Conn("first", busy=True), Conn("scraper", 5.0), Conn("silent")) == "silent"
+    assert pick(Conn("scraper", 5.0), Conn("first", busy=True)) == "first"
+
+
+def test_among_answered_the_longest_idle_goes_then_the_busy_ones():
+    assert pick(Conn("x", 3.0), Conn("y", 1.0), Conn("z", 2.0)) == "y"
+    assert pick(Conn("x", 1.0, busy=True), Conn("y", 4.0)) == "y"
+    assert pick(Conn("x", 2.0, busy=True), Conn("y", 1.0, busy=True)) == "y"
+
+
+def test_none_when_every_one_is_already_going():
+    assert pick(Conn("a", going=True), Conn("b", 1.0, going=True)) is None
+    assert pick() is None
