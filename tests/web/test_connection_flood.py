@@ -145,8 +145,9 @@ def test_when_every_connection_was_answered_the_longest_idle_goes(tmp_path):
     node = _node(tmp_path, "--max-connections", "4", "--http-timeout", "10000")
     try:
         node.wait_ready()
-        kept = {name: KeepAlive(node.port) for name in "ABCD"}
-        for name in "ABCDA":
+        kept: dict[str, KeepAlive] = {}
+        for name in "ABCDA":  # each answered at once: a new silent one would go first
+            kept[name] = kept.get(name) or KeepAlive(node.port)
             assert kept[name].get()[0] == 200
         first = socket.create_connection(("127.0.0.1", node.port), timeout=5)
         wait_until(lambda: closed_by_peer(kept["B"].sock), 2, "B, idle longest, closed")
