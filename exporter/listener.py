@@ -42,7 +42,10 @@ def bind(host: str | None, port: int) -> list[socket.socket]:
     socks: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this host lacks (IPv6 off): as create_server does
+                continue
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
@@ -54,6 +57,8 @@ def bind(host: str | None, port: int) -> list[socket.socket]:
         for sock in socks:
             sock.close()
         raise
+    if not socks:
+        raise OSError(errno.EAFNOSUPPORT, "no address family of it is supported here")
     return socks
 
 

@@ -104,3 +104,19 @@ def test_an_invalid_host_exits_2_with_one_line():
     assert "Traceback" not in out and "serving on" not in out
     errors = [line for line in out.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and "'no-such-host.invalid' is not a host" in errors[0], errors
+
+
+def test_max_connections_help_and_docs_state_the_eviction_and_headroom(capsys):
+    """What --help and docs/security.md tell a user is what the listener does."""
+    from exporter.listener import ACCEPT_BATCH, ACCEPT_HEADROOM, BACKLOG
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "closes one never answered, oldest first" in help_text
+    security = (ROOT / "docs" / "security.md").read_text()
+    assert f"| sockets held past the limit | {ACCEPT_HEADROOM} (`ACCEPT_HEADROOM`)" in security
+    assert f"at most {ACCEPT_BATCH} sockets per wake-up" in security
+    assert f"| listen backlog | {BACKLOG} |" in security
+    readme = (ROOT / "README.md").read_text()
+    assert "past it a new one closes one never answered (oldest first)" in readme
