@@ -21,8 +21,11 @@ included, reach the limit plus its headroom.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import ssl
+import struct
 from asyncio import sslproto
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -42,6 +45,18 @@ REFUSED_431 = (
 )
 SHUTDOWN_S = 3.0
 """Longest a TLS connection's closing handshake (close_notify) may take, seconds."""
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, dropping unsent data
+
+
+def reset(transport: asyncio.Transport) -> None:
+    """Close at once with a TCP reset: the kernel drops what the client did not read,
+    instead of keeping it (up to the send buffer, for minutes) for a client that never
+    reads it."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed: abort() is all there is to do
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+    transport.abort()
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +232,7 @@ class Guard(asyncio.Protocol):
             "a client stopped reading for %g s: connection closed", self.pool.limits.write_s
         )
         if self.raw is not None:
-            self.raw.abort()
+            reset(self.raw)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._write_timer is not None:
@@ -235,7 +250,8 @@ class Guard(asyncio.Protocol):
 
     def evict(self) -> None:
         """Make room: a socket in its handshake is dropped; a connection waiting for a
-        request closes at once, one sending a response after it (or grace_s)."""
+        request, or whose client stopped reading, closes at once; one sending a response
+        after it (or grace_s)."""
         self.going = True
         if not self.connected:
             if self._handshake is not None:
@@ -247,6 +263,9 @@ class Guard(asyncio.Protocol):
             return
         if self._idle():  # waiting for (the rest of) a request: nothing to finish
             self.inner.force_close()  # type: ignore[attr-defined]
+            return
+        if self.stalled and self.raw is not None:  # not reading: a grace would not help
+            reset(self.raw)
             return
         self.inner.close()  # type: ignore[attr-defined]
         shutdown = self.inner.shutdown(self.pool.limits.grace_s)  # type: ignore[attr-defined]
@@ -363,5 +382,7 @@ class ConnectionLimit:
         for guard in list(self.open):
             if guard.raw is None:
                 guard.going = True  # connection_made aborts it
-            elif not guard.connected or guard.stalled:
+            elif not guard.connected:
                 guard.raw.abort()
+            elif guard.stalled:
+                reset(guard.raw)

@@ -5,10 +5,11 @@ request that passed basic auth (or any request, without a web config). The rule,
 order:
 
 1. a connection never answered (still in its TLS handshake, silent, or sending its
-   first request's headers), oldest first; one whose first request is being
-   answered comes after those (it gets the response grace to finish);
-2. only when every connection has been answered: the one idle the longest since its
-   last answer, then one sending a response.
+   first request's headers), oldest first; then, oldest first, one whose first
+   request is being answered (it gets the response grace to finish) or whose client
+   stopped reading (closed at once: an answer it does not read earns nothing);
+2. only when every other connection has been answered: the one idle the longest
+   since its last answer, then one sending a response.
 
 So a flood of idle, half-open or handshaking sockets evicts itself, never the
 scraper's keep-alive connection. An attacker who completes requests (possible only
@@ -33,6 +34,7 @@ class Candidate(Protocol):
 
     going: bool  # told to go already
     answered_at: float | None  # loop time of the last trusted answer; None: never
+    stalled: bool  # its client stopped reading a response
 
     @property
     def busy(self) -> bool:
@@ -52,8 +54,8 @@ def victim(open_: Iterable[C]) -> C | None:
     for c in open_:
         if c.going:
             continue
-        if c.answered_at is None:
-            if not c.busy:
+        if c.answered_at is None or c.stalled:
+            if not c.busy and not c.stalled:
                 return c
             first_busy = first_busy or c
             continue

@@ -29,6 +29,7 @@ from tests.web.certs import CA
 
 HALF_REQUEST = b"GET /metrics HTTP/1.1\r\nHo"
 HALF_CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+PIPELINED = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 200
 OTHER_FDS = 4  # files the exporter may open meanwhile besides sockets (the sim, logs)
 
 
@@ -87,8 +88,10 @@ def closed_by_peer(sock: socket.socket) -> bool:
 
 def flood(port: int, n: int, ctx: ssl.SSLContext | None = None, auth: str = "") -> list:
     """``n`` sockets that never get a trusted answer, in four kinds in turn: silent, half a
-    request, half a TLS ClientHello, and (with ``ctx``) a TLS handshake and then requests
-    without the password: /metrics (401) and /ready (200, unauthenticated)."""
+    request, half a TLS ClientHello, and the fourth: without ``ctx``, 200 pipelined
+    scrapes never read (answered, but the client stops reading); with ``ctx``, a TLS
+    handshake and then requests without the password: /metrics (401) and /ready (200,
+    unauthenticated)."""
     socks = []
     for i in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -96,8 +99,14 @@ def flood(port: int, n: int, ctx: ssl.SSLContext | None = None, auth: str = "") 
         kind = i % 4
         if kind == 1:
             s.sendall(HALF_REQUEST)
-        elif kind == 2 or (kind == 3 and ctx is None):
+        elif kind == 2:
             s.sendall(HALF_CLIENT_HELLO)
+        elif kind == 3 and ctx is None:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.setblocking(False)
+            with contextlib.suppress(OSError):
+                s.send(PIPELINED)
+            time.sleep(0.02)  # answered, then stalled: its client reads nothing
         elif kind == 3:
             assert ctx is not None
             tls = ctx.wrap_socket(s)
@@ -113,8 +122,9 @@ def _node(tmp_path: Path, *args: str) -> Exporter:
 
 
 def test_a_flood_of_never_answered_sockets_spares_the_scrapers_connection(tmp_path):
-    """3x the cap of idle, half-open and half-handshake sockets: the scraper's keep-alive
-    connection, answered once before, is never the one closed, and answers within 1 s."""
+    """3x the cap of idle, half-open, half-handshake and never-reading sockets: the
+    scraper's keep-alive connection, answered once before, is never the one closed, and
+    answers within 1 s."""
     cap = 32
     node = _node(tmp_path, "--max-connections", str(cap), "--http-timeout", "10000")
     try:
@@ -133,6 +143,40 @@ def test_a_flood_of_never_answered_sockets_spares_the_scrapers_connection(tmp_pa
         assert "Traceback" not in log
         print(f"\nflood of {3 * cap}, cap {cap}: kept connection answered in {took * 1000:.0f} ms")
         for s in attackers:
+            s.close()
+    finally:
+        took_stop = node.terminate(10)
+    assert took_stop < 3
+
+
+def test_clients_that_stop_reading_do_not_outrank_the_scraper(tmp_path):
+    """3x the cap of clients that pipeline scrapes and read nothing: answered, but stalled,
+    they go before the scraper's idle kept connection, at once (no response grace), with
+    a reset: the kernel does not keep their unread responses either."""
+    cap = 8
+    node = _node(
+        tmp_path, "--max-connections", str(cap), "--http-timeout", "10000",
+        "--http-write-timeout", "10000",
+    )  # fmt: skip
+    try:
+        node.wait_ready()
+        scraper = KeepAlive(node.port)
+        assert scraper.get()[0] == 200
+        deaf = []
+        for _ in range(3 * cap):
+            s = socket.create_connection(("127.0.0.1", node.port), timeout=5)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.setblocking(False)
+            with contextlib.suppress(OSError):
+                s.send(PIPELINED)
+            deaf.append(s)
+            time.sleep(0.05)  # answered, then stalled
+        status, _, took = scraper.get()
+        assert status == 200 and took < 1.0, took
+        gone = sum(closed_by_peer(s) for s in deaf)
+        assert gone >= 2 * cap, f"only {gone} of {3 * cap} were closed"
+        assert "Traceback" not in node.output()
+        for s in deaf:
             s.close()
     finally:
         took_stop = node.terminate(10)

@@ -13,6 +13,7 @@ class Conn:
     answered_at: float | None = None
     busy: bool = False
     going: bool = False
+    stalled: bool = False
 
 
 def pick(*conns: Conn) -> str | None:
@@ -28,6 +29,13 @@ def test_never_answered_go_first_oldest_first():
 def test_a_first_request_being_answered_goes_after_the_silent_ones():
     assert pick(Conn("first", busy=True), Conn("scraper", 5.0), Conn("silent")) == "silent"
     assert pick(Conn("scraper", 5.0), Conn("first", busy=True)) == "first"
+
+
+def test_an_answered_client_that_stopped_reading_goes_before_the_scraper():
+    deaf = Conn("deaf", 1.0, busy=True, stalled=True)
+    assert pick(deaf, Conn("scraper", 0.5)) == "deaf"
+    assert pick(Conn("first", busy=True), deaf, Conn("silent")) == "silent"
+    assert pick(Conn("first", busy=True), deaf) == "first"
 
 
 def test_among_answered_the_longest_idle_goes_then_the_busy_ones():
