@@ -34,11 +34,15 @@ class Candidate(Protocol):
 
     going: bool  # told to go already
     answered_at: float | None  # loop time of the last trusted answer; None: never
-    stalled: bool  # its client stopped reading a response
 
     @property
     def busy(self) -> bool:
         """Whether a request is being answered on it."""
+        ...
+
+    @property
+    def stalled(self) -> bool:
+        """Whether its client stopped reading a response."""
         ...
 
 
