@@ -6,7 +6,8 @@ descriptors. Here each accepted socket is counted by the connection limit
 (exporter.connections) the moment it is accepted, at most :data:`ACCEPT_BATCH` are
 accepted per event, and accepting stops while the exporter holds
 ``max_connections + ACCEPT_HEADROOM`` sockets (those still closing included): the rest
-wait in the kernel's accept queue (:data:`BACKLOG`), which costs the exporter nothing.
+wait in the kernel's accept queue (:data:`BACKLOG`), which holds no descriptor of the
+exporter.
 So the exporter's open descriptors stay within its idle count plus
 ``max_connections + ACCEPT_HEADROOM``.
 """
@@ -23,8 +24,11 @@ from exporter.ratelimit import RateLimited
 
 log = logging.getLogger(__name__)
 
-BACKLOG = 128
-"""Connections the kernel queues before the exporter accepts them (listen())."""
+BACKLOG = 1024
+"""Connections the kernel queues before the exporter accepts them (listen(); the kernel
+caps it at net.core.somaxconn, 4096 by default since Linux 5.4). Queued connections hold
+no descriptor of the exporter; a deep queue means a scraper connecting during a flood
+waits its turn (milliseconds) instead of having its SYN dropped (a 1 s retransmit)."""
 ACCEPT_BATCH = 16
 """Most sockets accepted per readiness event of a listening socket."""
 ACCEPT_HEADROOM = 32

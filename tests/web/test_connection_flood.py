@@ -23,7 +23,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter.listener import ACCEPT_HEADROOM
+from exporter.listener import ACCEPT_HEADROOM, BACKLOG
 from tests.procs import Exporter, wait_until
 from tests.web.certs import CA
 
@@ -37,6 +37,7 @@ class KeepAlive:
     """One keep-alive connection, as Prometheus holds it: every scrape on the same socket."""
 
     def __init__(self, port: int, ctx: ssl.SSLContext | None = None, auth: str = "") -> None:
+        self.opened = time.monotonic()
         raw = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.local = raw.getsockname()
         self.sock = ctx.wrap_socket(raw) if ctx is not None else raw
@@ -327,3 +328,37 @@ def test_open_fds_stay_within_the_cap_and_headroom_under_1000_connects(tmp_path)
     finally:
         took_stop = node.terminate(10)
     assert took_stop < 3
+
+
+def _somaxconn() -> int:
+    with open("/proc/sys/net/core/somaxconn") as f:
+        return int(f.read())
+
+
+@pytest.mark.slow
+def test_a_new_connection_during_a_flood_is_answered_within_1s(tmp_path):
+    """A scraper that connects anew while 1,000 sockets pour in waits its turn in the
+    kernel's queue (BACKLOG deep), not a dropped SYN's 1 s retransmit."""
+    if _somaxconn() < BACKLOG:
+        pytest.skip(f"net.core.somaxconn {_somaxconn()} < {BACKLOG}: the kernel caps the queue")
+    node = _node(tmp_path, "--max-connections", "64", "--http-timeout", "2000")
+    try:
+        node.wait_ready()
+        attackers, took = [], []
+        for i in range(1000):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", node.port))
+            attackers.append(s)
+            if i % 200 == 199:
+                fresh = KeepAlive(node.port)
+                status = fresh.get()[0]
+                took.append(time.monotonic() - fresh.opened)
+                fresh.close()
+                assert status == 200
+        for s in attackers:
+            s.close()
+        print(f"\nnew connections during the flood: {[round(t * 1000) for t in took]} ms")
+        assert max(took) < 1.0, took
+    finally:
+        node.terminate(10)
