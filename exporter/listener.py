@@ -1,14 +1,13 @@
 """The listening sockets, accepted from in small batches and not at all while full.
 
-asyncio's own server accepts up to its listen backlog (128) sockets per readiness
-event before any protocol sees them, so a flood could hold --max-connections + 128
-descriptors. Here each accepted socket is counted by the connection limit
+asyncio's own server accepts up to its listen backlog of sockets per readiness event
+before any protocol sees them, so a flood could hold --max-connections + the backlog
+descriptors and more. Here each accepted socket is counted by the connection limit
 (exporter.connections) the moment it is accepted, at most :data:`ACCEPT_BATCH` are
 accepted per event, and accepting stops while the exporter holds
-``max_connections + ACCEPT_HEADROOM`` sockets (those still closing included): the rest
-wait in the kernel's accept queue (:data:`BACKLOG`), which holds no descriptor of the
-exporter.
-So the exporter's open descriptors stay within its idle count plus
+``max_connections + ACCEPT_HEADROOM`` sockets (those still closing included). The
+rest wait in the kernel's accept queue (:data:`BACKLOG`), which holds no descriptor of
+the exporter. So its open descriptors stay within its idle count plus
 ``max_connections + ACCEPT_HEADROOM``.
 """
 
