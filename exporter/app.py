@@ -209,6 +209,7 @@ async def serve(app: web.Application, cfg: Config) -> None:
 
 
 def _listen(pool: ConnectionLimit, cfg: Config) -> listener.Listener:
+    listener.raise_fd_limit(cfg.max_connections)
     try:
         socks = listener.bind(cfg.host or None, cfg.port)
     except socket.gaierror as e:

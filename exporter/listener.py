@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import resource
 import socket
 from collections.abc import Callable
 
@@ -36,6 +37,27 @@ closing (an evicted connection sending a response gets the grace to finish it)."
 RETRY_S = 1.0
 """Pause after accept() fails for lack of descriptors or memory, seconds."""
 _SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+FD_SPARE = 64
+"""Descriptors the exporter needs besides its connections (files, NVML, kubelet, logs)."""
+
+
+def raise_fd_limit(max_connections: int) -> None:
+    """Raise the soft limit on open files (RLIMIT_NOFILE) to what ``max_connections``
+    needs, up to the hard limit, as Go programs do at start; one warning when the hard
+    limit is lower (accepting then pauses a second at a time when descriptors run out)."""
+    need = max_connections + ACCEPT_HEADROOM + FD_SPARE
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        soft = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    if soft != resource.RLIM_INFINITY and soft < need:
+        log.warning(
+            "--max-connections %d needs %d open files, the limit is %d (ulimit -n): lower "
+            "--max-connections or raise the limit",
+            max_connections, need, soft,
+        )  # fmt: skip
 
 
 def bind(host: str | None, port: int) -> list[socket.socket]:
