@@ -222,7 +222,7 @@ def _listen(pool: ConnectionLimit, cfg: Config) -> listener.Listener:
             f"-a/--address {_address(cfg)}: cannot listen there ({e.strerror or e}); "
             "choose another address or port, or stop what is using it"
         ) from None
-    accepting = listener.Listener(socks, pool.admit, pool.full, pool.forget)
+    accepting = listener.Listener(socks, pool.admit, pool.full, pool.forget, pool.make_room)
     pool.on_room = accepting.resume
     return accepting
 

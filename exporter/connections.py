@@ -26,7 +26,6 @@ import logging
 import socket
 import ssl
 import struct
-from asyncio import sslproto
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +35,7 @@ from aiohttp import web
 from exporter import eviction
 from exporter.headers import HeaderBudget
 from exporter.ratelimit import RateLimited
+from exporter.tlsstart import start_tls
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,6 @@ REFUSED_431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
     b"Content-Length: 32\r\nConnection: close\r\n\r\nrequest headers are too large.\r\n"
 )
-SHUTDOWN_S = 3.0
-"""Longest a TLS connection's closing handshake (close_notify) may take, seconds."""
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, dropping unsent data
 
 
@@ -68,38 +66,6 @@ class Limits:
     write_s: float = 15.0
     max_header_bytes: int = 16384
     grace_s: float = 3.0  # an evicted connection that is sending gets this long to finish
-
-
-class _SmallBuffers(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a 16 KiB read buffer (one TLS record) instead of
-    256 KiB: the buffer is allocated per connection, at accept, before the handshake."""
-
-    max_size = 16 * 1024
-
-
-async def _start_tls(
-    raw: asyncio.Transport, protocol: asyncio.Protocol, ctx: ssl.SSLContext, timeout_s: float
-) -> asyncio.Transport:
-    """``loop.start_tls`` (server side) with :class:`_SmallBuffers`: the same steps."""
-    loop = asyncio.get_running_loop()
-    waiter = loop.create_future()
-    tls = _SmallBuffers(
-        loop, protocol, ctx, waiter, server_side=True,
-        # typeshed says int; asyncio takes any number of seconds (start_tls passes floats)
-        ssl_handshake_timeout=timeout_s,  # type: ignore[arg-type]
-        call_connection_made=False, ssl_shutdown_timeout=SHUTDOWN_S,
-    )  # fmt: skip
-    raw.pause_reading()  # the ClientHello waits until tls is the protocol
-    raw.set_protocol(tls)
-    made = loop.call_soon(tls.connection_made, raw)
-    resume = loop.call_soon(raw.resume_reading)
-    try:
-        await waiter
-    except BaseException:
-        made.cancel()
-        resume.cancel()
-        raise
-    return tls._app_transport  # what loop.start_tls returns
 
 
 class Guard(asyncio.Protocol):
@@ -133,7 +99,7 @@ class Guard(asyncio.Protocol):
     async def _start_tls(self) -> None:
         assert self.raw is not None and self.pool.tls is not None
         try:
-            tls = await _start_tls(self.raw, self, self.pool.tls, self.pool.limits.handshake_s)
+            tls = await start_tls(self.raw, self, self.pool.tls, self.pool.limits.handshake_s)
         except asyncio.CancelledError:
             self.raw.abort()
             self.pool.closed(self)
@@ -337,6 +303,16 @@ class ConnectionLimit:
         guard = Guard(self, self.server())
         self.open[guard] = None  # counted from accept on, before asyncio calls connection_made
         return guard
+
+    def make_room(self) -> bool:
+        """Tell one connection to go (the same choice as at the limit), for a socket the
+        process had no descriptor for; False when every one is already going."""
+        victim = eviction.victim(self.open)
+        if victim is None:
+            return False
+        victim.evict()
+        self.evicted += 1
+        return True
 
     def full(self) -> bool:
         """Whether the sockets held (those going included) leave no room to accept."""

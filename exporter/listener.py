@@ -35,7 +35,10 @@ ACCEPT_HEADROOM = 32
 """Sockets the exporter may hold over --max-connections: those told to go, still
 closing (an evicted connection sending a response gets the grace to finish it)."""
 RETRY_S = 1.0
-"""Pause after accept() fails for lack of descriptors or memory, seconds."""
+"""Pause after accept() fails with nothing to close to make room, seconds."""
+ROOM_S = 0.05
+"""Pause after accept() fails for lack of descriptors or memory and a connection was told
+to go to make room (it is closed on the next turn of the event loop), seconds."""
 _SHORT_OF = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -90,7 +93,8 @@ def bind(host: str | None, port: int) -> list[socket.socket]:
 class Listener:
     """Accepts from ``socks`` into ``admit``, which counts the socket at once and gives
     its protocol (None: close it); ``full`` says when to stop accepting until
-    :meth:`resume` is called."""
+    :meth:`resume` is called; ``make_room`` closes a connection when the process runs
+    out of descriptors (False: none can go)."""
 
     def __init__(
         self,
@@ -98,10 +102,12 @@ class Listener:
         admit: Callable[[], asyncio.Protocol | None],
         full: Callable[[], bool],
         forget: Callable[[asyncio.Protocol], None],
+        make_room: Callable[[], bool] = lambda: False,
     ) -> None:
         self.socks = socks
         self.admit = admit
         self.full = full
+        self.make_room = make_room
         self.forget = forget  # a counted socket whose transport could not be made
         self.paused = False
         self.closed = False
@@ -160,11 +166,14 @@ class Listener:
             self.forget(protocol)
 
     def _failed(self, e: OSError) -> None:
-        why = "out of file descriptors or memory" if e.errno in _SHORT_OF else "failed"
-        self._log.log(log, logging.WARNING, "accepting connections %s (%s): retrying in %g s",
+        short = e.errno in _SHORT_OF
+        why = "out of file descriptors or memory" if short else "failed"
+        delay = ROOM_S if short and self.make_room() else RETRY_S
+        self._log.log(log, logging.WARNING, "accepting connections %s (%s): closing "
+                      "connections never answered to make room, or retrying in %g s",
                       why, e.strerror or e, RETRY_S)  # fmt: skip
         self.pause()
-        self._retry = self._loop.call_later(RETRY_S, self._retried)
+        self._retry = self._loop.call_later(delay, self._retried)
 
     def _retried(self) -> None:
         self._retry = None

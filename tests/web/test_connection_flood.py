@@ -362,3 +362,38 @@ def test_a_new_connection_during_a_flood_is_answered_within_1s(tmp_path):
         assert max(took) < 1.0, took
     finally:
         node.terminate(10)
+
+
+def test_out_of_file_descriptors_accepting_pauses_and_serving_goes_on(tmp_path):
+    """With `ulimit -n` lowered under the cap while running, a flood runs the exporter out
+    of descriptors: accept pauses (one warning), the kept connection is still answered,
+    and new connections are once the flood is gone."""
+    import resource
+
+    node = _node(tmp_path, "--max-connections", "512", "--http-timeout", "5000")
+    try:
+        node.wait_ready()
+        scraper = KeepAlive(node.port)
+        assert scraper.get()[0] == 200
+        limit = node.open_files() + 20
+        resource.prlimit(node.proc.pid, resource.RLIMIT_NOFILE, (limit, limit))
+        attackers = []
+        for _ in range(100):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", node.port))
+            attackers.append(s)
+        wait_until(lambda: "out of file descriptors" in node.output(), 5, "the warning")
+        status, _, took = scraper.get()
+        assert status == 200 and took < 1.0
+        for s in attackers:
+            s.close()
+        wait_until(lambda: node.open_files() < limit - 10, 10, "the attackers' fds released")
+        fresh = KeepAlive(node.port)
+        status, _, took = fresh.get()
+        fresh.close()
+        assert status == 200 and took < 1.0
+        log = node.output()
+        assert log.count("out of file descriptors") == 1 and "Traceback" not in log, log
+    finally:
+        node.terminate(10)
