@@ -291,13 +291,10 @@ class ConnectionLimit:
         if len(self.open) >= self.limits.max_connections:
             live = len(self.open) - sum(g.going for g in self.open)
             while live >= self.limits.max_connections:
-                victim = eviction.victim(self.open)
-                if victim is None:
+                if not self.make_room():
                     self.refused += 1
                     self._full()
                     return None
-                victim.evict()
-                self.evicted += 1
                 live -= 1
             self._full()
         guard = Guard(self, self.server())
@@ -305,8 +302,8 @@ class ConnectionLimit:
         return guard
 
     def make_room(self) -> bool:
-        """Tell one connection to go (the same choice as at the limit), for a socket the
-        process had no descriptor for; False when every one is already going."""
+        """Tell one connection to go (exporter/eviction.py chooses), at the limit or when
+        the process has no descriptor left; False when every one is already going."""
         victim = eviction.victim(self.open)
         if victim is None:
             return False
