@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from exporter.eviction import victim
 
 
-@dataclass
+@dataclass(eq=False)
 class Conn:
     name: str
     answered_at: float | None = None
@@ -47,3 +50,33 @@ def test_among_answered_the_longest_idle_goes_then_the_busy_ones():
 def test_none_when_every_one_is_already_going():
     assert pick(Conn("a", going=True), Conn("b", 1.0, going=True)) is None
     assert pick() is None
+
+
+conns = st.lists(
+    st.builds(
+        Conn,
+        name=st.text(max_size=3),
+        answered_at=st.one_of(st.none(), st.floats(0, 100)),
+        busy=st.booleans(),
+        going=st.booleans(),
+        stalled=st.booleans(),
+    ),
+    max_size=12,
+)
+
+
+@given(conns)
+def test_an_answered_reading_connection_goes_only_when_no_other_can(pool):
+    chosen = victim(pool)
+    staying = [c for c in pool if not c.going]
+    if not staying:
+        assert chosen is None
+        return
+    assert chosen is not None and not chosen.going
+    untrusted = [c for c in staying if c.answered_at is None or c.stalled]
+    if untrusted:
+        idle = [c for c in untrusted if not c.busy and not c.stalled]
+        assert chosen is (idle or untrusted)[0]  # oldest first
+    else:
+        idle = [c for c in staying if not c.busy]
+        assert chosen.answered_at == min(c.answered_at for c in (idle or staying))
