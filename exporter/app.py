@@ -19,7 +19,7 @@ from functools import partial
 
 from aiohttp import web
 
-from exporter import signals, webconfig
+from exporter import eviction, listener, signals, webconfig
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
 from exporter.config import Config
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 8190
 MAX_FIELD_BYTES = 8190
 MAX_HEADERS = 128
-BACKLOG = 128  # connections the kernel queues before the exporter accepts them
+BACKLOG = listener.BACKLOG  # connections the kernel queues before the exporter accepts them
 SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
 STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
 CLOSE_S = 2.0  # on SIGTERM: time NVML gets to shut down
@@ -94,6 +94,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         (kind, r.ok, r.last_success_unix) for kind, r in status.items()
     ]
     routes(app, _source(app, poller, bool(cfg.web_config_file)))
+    app.on_response_prepare.append(eviction.note_response)  # answered: evicted last
     signals.watch(
         app,
         signals.FileReload(
@@ -189,27 +190,28 @@ async def serve(app: web.Application, cfg: Config) -> None:
     remove = signals.on_stop(stop.set)
     try:
         assert runner.server is not None
-        pool = ConnectionLimit(runner.server, limits(cfg), webconfig.ssl_context(app))
+        tls = webconfig.ssl_context(app)
+        pool = ConnectionLimit(runner.server, limits(cfg), tls, listener.ACCEPT_HEADROOM)
         if not cfg.web_config_file:  # with one, auth sees every request
             pool.fast = FastMetrics(app[SOURCE].exposition)
-        listener = await _listen(pool, cfg)
+        accepting = _listen(pool, cfg)
         log.info("serving on %s, collecting every %g s", _address(cfg), cfg.interval_s)
         try:
             await stop.wait()
             log.info("stopping")
             signals.exit_after(STOP_DEADLINE_S)
         finally:
-            listener.close()
+            accepting.close()
             pool.close_all()
     finally:
         remove()
         await runner.cleanup()
 
 
-async def _listen(pool: ConnectionLimit, cfg: Config) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
+def _listen(pool: ConnectionLimit, cfg: Config) -> listener.Listener:
+    listener.raise_fd_limit(cfg.max_connections)
     try:
-        return await loop.create_server(pool, host=cfg.host or None, port=cfg.port, backlog=BACKLOG)
+        socks = listener.bind(cfg.host or None, cfg.port)
     except socket.gaierror as e:
         raise BindError(
             f"-a/--address {_address(cfg)}: cannot resolve host {cfg.host!r} ({e.strerror}); "
@@ -220,6 +222,9 @@ async def _listen(pool: ConnectionLimit, cfg: Config) -> asyncio.Server:
             f"-a/--address {_address(cfg)}: cannot listen there ({e.strerror or e}); "
             "choose another address or port, or stop what is using it"
         ) from None
+    accepting = listener.Listener(socks, pool.admit, pool.full, pool.forget, pool.make_room)
+    pool.on_room = accepting.resume
+    return accepting
 
 
 def _address(cfg: Config) -> str:

@@ -111,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--max-connections",
         metavar="N",
-        help="most HTTP connections open at once; past it a new connection closes the oldest "
-        "idle one (env GPU_EXPORTER_MAX_CONNECTIONS; default "
+        help="most HTTP connections open at once; past it a new connection closes one never "
+        "answered, oldest first (env GPU_EXPORTER_MAX_CONNECTIONS; default "
         f"{DEFAULT_MAX_CONNECTIONS})",
     )
     g.add_argument(

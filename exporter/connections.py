@@ -9,22 +9,33 @@ for the TLS handshake, a bound on the total size of a request's headers (431), a
 write timeout (a client that stops reading is cut off), and an answer-then-close
 for a client that half-closes after its request. aiohttp's keep-alive timer is the
 header-read and idle timeout; its parser bounds the request line and each header.
+
+At the limit, a new socket makes room by closing one never answered (oldest first),
+and a connection that has been answered (the scraper's keep-alive one) only when no
+other is left, then the one idle longest (exporter/eviction.py has the rule and what
+an attacker can do against it). The listener (exporter/listener.py) counts a socket
+the moment it accepts it and stops accepting while the sockets held, those closing
+included, reach the limit plus its headroom.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import re
+import socket
 import ssl
-from asyncio import sslproto
+import struct
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
+from exporter import eviction
+from exporter.headers import HeaderBudget
 from exporter.ratelimit import RateLimited
+from exporter.tlsstart import start_tls
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +43,18 @@ REFUSED_431 = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Type: text/plain\r\n"
     b"Content-Length: 32\r\nConnection: close\r\n\r\nrequest headers are too large.\r\n"
 )
-SHUTDOWN_S = 3.0
-"""Longest a TLS connection's closing handshake (close_notify) may take, seconds."""
-_LENGTH = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?\n", re.IGNORECASE)
-_CHUNKED = re.compile(rb"\r?\ntransfer-encoding[ \t]*:", re.IGNORECASE)
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, dropping unsent data
+
+
+def reset(transport: asyncio.Transport) -> None:
+    """Close at once with a TCP reset: the kernel drops what the client did not read,
+    instead of keeping it (up to the send buffer, for minutes) for a client that never
+    reads it."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed: abort() is all there is to do
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+    transport.abort()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,88 +66,6 @@ class Limits:
     write_s: float = 15.0
     max_header_bytes: int = 16384
     grace_s: float = 3.0  # an evicted connection that is sending gets this long to finish
-
-
-class HeaderBudget:
-    """Follows the request heads in a connection's byte stream (pipelined requests and
-    bodies with a Content-Length skipped); :meth:`feed` is False once a head (request
-    line and headers) is over ``limit`` bytes. Holds at most ``limit`` + one chunk."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.head = bytearray()  # the current request's head so far
-        self._skip = 0  # body bytes to pass before the next request's head
-        self._counting = True  # False after a chunked body: per-field limits still apply
-
-    @property
-    def between(self) -> bool:
-        """Whether the stream is between requests (no partial head or body pending)."""
-        return not self.head and not self._skip and self._counting
-
-    def feed(self, data: bytes) -> bool:
-        """Account for ``data``; False when a head is over the budget."""
-        view = memoryview(data)
-        while self._counting and len(view):
-            if self._skip:
-                n = min(self._skip, len(view))
-                self._skip -= n
-                view = view[n:]
-                continue
-            start = max(0, len(self.head) - 3)
-            self.head += view
-            end = _head_end(self.head, start)
-            if end < 0:
-                return len(self.head) <= self.limit
-            if end > self.limit:
-                return False
-            head = bytes(self.head[:end])
-            view = view[len(view) - (len(self.head) - end) :]
-            self.head = bytearray()
-            if _CHUNKED.search(head):
-                self._counting = False
-            m = _LENGTH.search(head)
-            self._skip = int(m.group(1)) if m else 0
-        return True
-
-
-def _head_end(buf: bytearray, start: int) -> int:
-    """Index just past the blank line ending a head in ``buf`` (from ``start``), or -1."""
-    crlf, lf = buf.find(b"\r\n\r\n", start), buf.find(b"\n\n", start)
-    if crlf >= 0 and (lf < 0 or crlf <= lf):
-        return crlf + 4
-    return lf + 2 if lf >= 0 else -1
-
-
-class _SmallBuffers(sslproto.SSLProtocol):
-    """asyncio's TLS protocol with a 16 KiB read buffer (one TLS record) instead of
-    256 KiB: the buffer is allocated per connection, at accept, before the handshake."""
-
-    max_size = 16 * 1024
-
-
-async def _start_tls(
-    raw: asyncio.Transport, protocol: asyncio.Protocol, ctx: ssl.SSLContext, timeout_s: float
-) -> asyncio.Transport:
-    """``loop.start_tls`` (server side) with :class:`_SmallBuffers`: the same steps."""
-    loop = asyncio.get_running_loop()
-    waiter = loop.create_future()
-    tls = _SmallBuffers(
-        loop, protocol, ctx, waiter, server_side=True,
-        # typeshed says int; asyncio takes any number of seconds (start_tls passes floats)
-        ssl_handshake_timeout=timeout_s,  # type: ignore[arg-type]
-        call_connection_made=False, ssl_shutdown_timeout=SHUTDOWN_S,
-    )  # fmt: skip
-    raw.pause_reading()  # the ClientHello waits until tls is the protocol
-    raw.set_protocol(tls)
-    made = loop.call_soon(tls.connection_made, raw)
-    resume = loop.call_soon(raw.resume_reading)
-    try:
-        await waiter
-    except BaseException:
-        made.cancel()
-        resume.cancel()
-        raise
-    return tls._app_transport  # what loop.start_tls returns
 
 
 class Guard(asyncio.Protocol):
@@ -145,6 +82,7 @@ class Guard(asyncio.Protocol):
         self._write_timer: asyncio.TimerHandle | None = None
         self._handshake: asyncio.Task[None] | None = None
         self._early = bytearray()  # decrypted before start_tls returned: fed after connecting
+        self.answered_at: float | None = None  # loop time of the last trusted answer
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -161,7 +99,7 @@ class Guard(asyncio.Protocol):
     async def _start_tls(self) -> None:
         assert self.raw is not None and self.pool.tls is not None
         try:
-            tls = await _start_tls(self.raw, self, self.pool.tls, self.pool.limits.handshake_s)
+            tls = await start_tls(self.raw, self, self.pool.tls, self.pool.limits.handshake_s)
         except asyncio.CancelledError:
             self.raw.abort()
             self.pool.closed(self)
@@ -218,6 +156,7 @@ class Guard(asyncio.Protocol):
             return False
         transport.write(answer)
         loop = asyncio.get_running_loop()
+        self.answered_at = loop.time()
         inner._next_keepalive_close_time = close_at = loop.time() + inner._keepalive_timeout
         if inner._keepalive_handle is None:
             inner._keepalive_handle = loop.call_at(close_at, inner._process_keepalive)
@@ -259,7 +198,7 @@ class Guard(asyncio.Protocol):
             "a client stopped reading for %g s: connection closed", self.pool.limits.write_s
         )
         if self.raw is not None:
-            self.raw.abort()
+            reset(self.raw)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._write_timer is not None:
@@ -270,20 +209,29 @@ class Guard(asyncio.Protocol):
             self.connected = False
             self.inner.connection_lost(exc)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is being answered (or queued) on this connection."""
+        return self.connected and not self._idle()
+
     def evict(self) -> None:
         """Make room: a socket in its handshake is dropped; a connection waiting for a
-        request closes at once, one sending a response after it (or grace_s)."""
+        request, or whose client stopped reading, closes at once; one sending a response
+        after it (or grace_s)."""
         self.going = True
         if not self.connected:
             if self._handshake is not None:
                 self._handshake.cancel()
             if self.raw is not None:
                 self.raw.abort()  # also when the handshake task never got to run
-            else:  # accepted, not yet set up: forget it (connection_made checks `going`)
-                self.pool.closed(self)
+            # else accepted, not yet set up: connection_made aborts it (still counted:
+            # its descriptor is open until then)
             return
         if self._idle():  # waiting for (the rest of) a request: nothing to finish
             self.inner.force_close()  # type: ignore[attr-defined]
+            return
+        if self.stalled and self.raw is not None:  # not reading: a grace would not help
+            reset(self.raw)
             return
         self.inner.close()  # type: ignore[attr-defined]
         shutdown = self.inner.shutdown(self.pool.limits.grace_s)  # type: ignore[attr-defined]
@@ -305,45 +253,79 @@ class _Refused(asyncio.Protocol):
 
 class ConnectionLimit:
     """Protocol factory: aiohttp's server behind a :class:`Guard` per socket, at most
-    ``limits.max_connections`` of them. At the limit a new socket makes the oldest that
-    has not been told to go yet leave (:meth:`Guard.evict`), so that a flood of idle or
-    half-open connections cannot lock a scraper out; only when every open one is already
-    going is the new one refused. Sockets still in the kernel's accept queue (the listen
-    backlog) are not yet counted."""
+    ``limits.max_connections`` of them. At the limit a new socket makes another leave
+    (:meth:`Guard.evict`), chosen by exporter/eviction.py: never-answered connections
+    first (oldest first), answered ones (the scraper's keep-alive) only when no other
+    is left. So a flood of idle, half-open or handshaking connections cannot lock a
+    scraper out; only when every open one is already going is the new one refused. The
+    :class:`~exporter.listener.Listener` asks :meth:`full` before each accept, so that
+    sockets still closing stay within ``headroom`` over the limit."""
 
     def __init__(
-        self, server: web.Server, limits: Limits, tls: ssl.SSLContext | None = None
+        self,
+        server: web.Server,
+        limits: Limits,
+        tls: ssl.SSLContext | None = None,
+        headroom: int = 32,
     ) -> None:
         self.server = server
         self.limits = limits
         self.tls = tls
+        self.headroom = headroom
         self.fast: Callable[[bytes], bytes | None] | None = None  # exporter/fastpath.py
         self.open: dict[Guard, None] = {}  # insertion order: oldest first
         self.evicted = self.refused = self.too_large = self.write_timeouts = 0
+        self.on_room: Callable[[], None] | None = None  # called when no longer full
         self._tasks: set[asyncio.Task[None]] = set()
         self._logs: dict[str, RateLimited] = {}
         self.closing = False  # close_all() was called: sockets accepted from now on go
 
     def __call__(self) -> asyncio.BaseProtocol:
+        return self.admit() or _Refused()
+
+    def admit(self) -> Guard | None:
+        """A Guard for a socket just accepted, counted from now on (making room first);
+        None when it must be closed: shutting down, or every open one already going."""
         if self.closing:
-            return _Refused()
+            return None
         if len(self.open) >= self.limits.max_connections:
-            staying = [g for g in self.open if not g.going]
-            if not staying:
-                self.refused += 1
-                self._full()
-                return _Refused()
-            for victim in staying[: max(1, len(staying) - self.limits.max_connections + 1)]:
-                victim.evict()
-                self.evicted += 1
+            live = len(self.open) - sum(g.going for g in self.open)
+            while live >= self.limits.max_connections:
+                if not self.make_room():
+                    self.refused += 1
+                    self._full()
+                    return None
+                live -= 1
             self._full()
         guard = Guard(self, self.server())
         self.open[guard] = None  # counted from accept on, before asyncio calls connection_made
         return guard
 
+    def make_room(self) -> bool:
+        """Tell one connection to go (exporter/eviction.py chooses), at the limit or when
+        the process has no descriptor left; False when every one is already going."""
+        victim = eviction.victim(self.open)
+        if victim is None:
+            return False
+        victim.evict()
+        self.evicted += 1
+        return True
+
+    def full(self) -> bool:
+        """Whether the sockets held (those going included) leave no room to accept."""
+        return len(self.open) >= self.limits.max_connections + self.headroom
+
     def closed(self, guard: Guard) -> None:
         guard.going = True
+        counted = guard in self.open
         self.open.pop(guard, None)
+        if counted and self.on_room is not None and not self.full():
+            self.on_room()  # the listener accepts again (after pausing when full)
+
+    def forget(self, protocol: asyncio.Protocol) -> None:
+        """A socket counted by :meth:`admit` whose transport was never made."""
+        if isinstance(protocol, Guard):
+            self.closed(protocol)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -355,8 +337,9 @@ class ConnectionLimit:
 
     def _full(self) -> None:
         self.report(
-            "%d HTTP connections open, the limit is %d (--max-connections): closing the "
-            "oldest (%d so far), refusing new ones when all are closing (%d so far)",
+            "%d HTTP connections open, the limit is %d (--max-connections): closing "
+            "never-answered ones first, oldest first (%d so far), refusing new ones when "
+            "all are closing (%d so far)",
             len(self.open),
             self.limits.max_connections,
             self.evicted,
@@ -372,5 +355,7 @@ class ConnectionLimit:
         for guard in list(self.open):
             if guard.raw is None:
                 guard.going = True  # connection_made aborts it
-            elif not guard.connected or guard.stalled:
+            elif not guard.connected:
                 guard.raw.abort()
+            elif guard.stalled:
+                reset(guard.raw)

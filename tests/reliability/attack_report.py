@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from exporter.app import BACKLOG
+from exporter.listener import ACCEPT_HEADROOM
 from exporter.webconfig.auth import WORKERS
 
 MAX_CONNECTIONS = 64  # the soak's --max-connections
@@ -18,9 +18,9 @@ RSS_MIB = 96  # issue 12's bound; see RSS_ATTACK_MIB
 # mix peaked at 70 MiB over it (TLS handshake buffers of a flood, 5,000-label pod events),
 # then fell back; RSS_GROWTH_MIB is what says it does not creep
 RSS_ATTACK_MIB = 80
-# fds: asyncio accepts up to the listen backlog in one go, each new socket past
-# --max-connections closing the oldest, so for a moment cap + backlog can be open
-FDS_OVER_BASE = MAX_CONNECTIONS + BACKLOG + 10
+# fds: the listener stops accepting while cap + ACCEPT_HEADROOM sockets are held
+# (those still closing included), so no more are open at any moment
+FDS_OVER_BASE = MAX_CONNECTIONS + ACCEPT_HEADROOM + 10
 # threads: the only pools that grow (lazily, to a fixed size) are bcrypt's and
 # asyncio's default executor (web config and metrics file reads)
 THREADS_OVER_BASE = WORKERS + min(32, (os.cpu_count() or 1) + 4)

@@ -104,3 +104,68 @@ def test_an_invalid_host_exits_2_with_one_line():
     assert "Traceback" not in out and "serving on" not in out
     errors = [line for line in out.splitlines() if "error" in line.lower()]
     assert len(errors) == 1 and "'no-such-host.invalid' is not a host" in errors[0], errors
+
+
+def test_max_connections_help_and_docs_state_the_eviction_and_headroom(capsys):
+    """What --help and docs/security.md tell a user is what the listener does."""
+    from exporter.listener import ACCEPT_BATCH, ACCEPT_HEADROOM, BACKLOG
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "closes one never answered, oldest first" in help_text
+    security = (ROOT / "docs" / "security.md").read_text()
+    assert f"| sockets held past the limit | {ACCEPT_HEADROOM} (`ACCEPT_HEADROOM`)" in security
+    assert f"at most {ACCEPT_BATCH} sockets per wake-up" in security
+    assert f"| listen backlog | {BACKLOG} |" in security
+    readme = (ROOT / "README.md").read_text()
+    assert "past it a new one closes one never answered (oldest first)" in readme
+
+
+def _open_files_limit(hard: int, tmp_path) -> tuple[int, str]:
+    """(soft RLIMIT_NOFILE of an exporter started with soft 100 and ``hard``, its log)."""
+    import resource
+    import time
+
+    from tests.procs import free_port
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100, hard))
+
+    log = tmp_path / f"log-{hard}"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "--simulate", "-a", f"127.0.0.1:{free_port()}"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=lower,
+        )  # fmt: skip
+    try:
+        end = time.monotonic() + 20
+        while "serving on" not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        with open(f"/proc/{proc.pid}/limits") as f:
+            row = next(line for line in f if line.startswith("Max open files"))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return int(row.split()[3]), log.read_text()
+
+
+def test_the_open_files_limit_is_raised_for_max_connections(tmp_path):
+    """A soft `ulimit -n` under what --max-connections needs is raised (as Go programs do);
+    a hard limit under it is said in one line naming the flag."""
+    import resource
+
+    from exporter.listener import ACCEPT_HEADROOM, FD_SPARE
+
+    need = DEFAULT_MAX_CONNECTIONS + ACCEPT_HEADROOM + FD_SPARE
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"hard RLIMIT_NOFILE {hard} < {need}: cannot show the limit raised")
+    soft, log = _open_files_limit(hard, tmp_path)
+    assert soft == need and "open files" not in log, log
+    soft, log = _open_files_limit(200, tmp_path)
+    assert soft == 200
+    warned = [line for line in log.splitlines() if "open files" in line]
+    assert len(warned) == 1, log
+    assert f"--max-connections {DEFAULT_MAX_CONNECTIONS} needs {need} open files" in warned[0]
+    assert "Traceback" not in log
