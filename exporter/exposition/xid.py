@@ -39,7 +39,7 @@ class XidCounter:
 
     With pod labels, an XID is charged to the container holding the device in
     the cycle it is seen, so a new pod on the GPU does not inherit old XIDs; a
-    former holder's series goes when another container holds the device.
+    former holder's series goes only when another container holds the device.
     """
 
     def __init__(self) -> None:
@@ -86,12 +86,19 @@ class XidCounter:
         return out
 
     def _drop_former_holders(self, present: Mapping[Ident, Device], holders: Mapping) -> None:
-        """Forget series of containers that no longer hold a device that is present."""
+        """Forget series of containers whose present device another container now holds.
+
+        A device with no holder keeps its former holder's series: the pod map has gaps
+        (after a driver outage it lacks the MIG instances until the kubelet answers
+        again), and a gap must not delete counts.
+        """
         for at, xid, owner in list(self._acc):
             dev = present.get(at)
             if owner is None or dev is None:
                 continue
             h = holders.get(dev.key)
+            if h is None:
+                continue
             if getattr(h, "owner", h) != owner:
                 del self._acc[(at, xid, owner)]
                 self._holders.pop((at, owner), None)
