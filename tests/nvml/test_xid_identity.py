@@ -98,3 +98,22 @@ def test_counts_survive_mig_reconfiguration(node):
     assert [(s.labels["GPU_I_ID"], s.labels["GPU_I_PROFILE"], s.value) for s in old] == [
         ("7", "1g.5gb", 1)
     ]
+
+
+@pytest.mark.parametrize("xid_first", [True, False])
+def test_an_xid_on_an_instance_destroyed_in_the_same_instant(node, xid_first):
+    """The XID names GPU instance 7, which a reconfiguration at the same sim time
+    destroys (either order): it is counted on that instance's identity all the same."""
+    driver, col, cycle = node
+    cycle()
+    xid = Fault("xid", gpu=1, gi=7, xid=43, at=1.5)
+    reconf = Fault("mig_reconfigure", gpu=1, mig=[{"profile": "7g.40gb"}], at=1.5)
+    for f in (xid, reconf) if xid_first else (reconf, xid):
+        driver.inject(f)
+    cycle()  # sim time 2: both happened
+    arrive(col, 1)
+    text = cycle()
+    old = find(text, XID, gpu="1")
+    assert [(s.labels["GPU_I_ID"], s.labels["GPU_I_PROFILE"], s.value) for s in old] == [
+        ("7", "1g.5gb", 1)
+    ]
