@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -42,7 +43,8 @@ MAX_HEADERS = 128
 BACKLOG = 128  # connections the kernel queues before the exporter accepts them
 SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
 STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
-CLOSE_S = 0.5  # on SIGTERM: time NVML and the kube clients get to close, side by side
+CLOSE_S = 0.4  # on SIGTERM: time NVML and the kube clients get to close, side by side
+CYCLE_GRACE_S = 0.1  # on SIGTERM: of CLOSE_S, time a collection cycle under way gets
 METRICS_FILE_MAX_BYTES = 1 << 20
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval (sys.setswitchinterval), set once at start
 
@@ -171,8 +173,15 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _close_nvml(poller: Poller) -> None:
+    def close() -> None:
+        # a cycle under way gets a moment to finish, rather than failing on a closed NVML
+        end = time.monotonic() + CYCLE_GRACE_S
+        while poller.busy and time.monotonic() < end:
+            time.sleep(0.01)
+        poller.collector.close()
+
     # A daemon thread, not an executor: an NVML shutdown that hangs must not hold the exit.
-    closer = threading.Thread(target=poller.collector.close, name="nvml-close", daemon=True)
+    closer = threading.Thread(target=close, name="nvml-close", daemon=True)
     closer.start()
     while closer.is_alive():  # polled: no executor thread waits on it
         await asyncio.sleep(0.01)
