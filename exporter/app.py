@@ -14,7 +14,9 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from aiohttp import web
@@ -41,7 +43,8 @@ MAX_HEADERS = 128
 BACKLOG = listener.BACKLOG  # connections the kernel queues before the exporter accepts them
 SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
 STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
-CLOSE_S = 2.0  # on SIGTERM: time NVML gets to shut down
+CLOSE_S = 0.4  # on SIGTERM: time NVML and the kube clients get to close, side by side
+CYCLE_GRACE_S = 0.1  # on SIGTERM: of CLOSE_S, time a collection cycle under way gets
 METRICS_FILE_MAX_BYTES = 1 << 20
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval (sys.setswitchinterval), set once at start
 
@@ -157,21 +160,42 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    # NVML and the kubelet/API-server clients close side by side: the stop budget is 2 s.
-    closing = [_close_nvml(poller)]
+    # NVML and the kubelet/API-server clients close side by side, for at most CLOSE_S:
+    # a part still closing then (a thread blocked in a driver call, an import or a
+    # request) is left behind, never waited for; the process exits without it.
+    closing = {asyncio.ensure_future(_close_nvml(poller)): "NVML"}
     if poller.attribution is not None:
-        closing.append(poller.attribution.close())
-    await asyncio.gather(*closing)
+        closing[asyncio.ensure_future(poller.attribution.close())] = "kubelet/API-server clients"
+    _, late = await asyncio.wait(closing, timeout=CLOSE_S)
+    for part in late:
+        part.cancel()
+        log.warning("%s did not close in %g s; exiting anyway", closing[part], CLOSE_S)
     poller.close()
 
 
 async def _close_nvml(poller: Poller) -> None:
+    def close() -> None:
+        # a cycle under way gets a moment to finish, rather than failing on a closed NVML
+        end = time.monotonic() + CYCLE_GRACE_S
+        while poller.busy and time.monotonic() < end:
+            time.sleep(0.01)
+        poller.collector.close()
+
     # A daemon thread, not an executor: an NVML shutdown that hangs must not hold the exit.
-    closer = threading.Thread(target=poller.collector.close, name="nvml-close", daemon=True)
+    closer = threading.Thread(target=close, name="nvml-close", daemon=True)
     closer.start()
-    await asyncio.get_running_loop().run_in_executor(None, closer.join, CLOSE_S)
-    if closer.is_alive():
-        log.warning("NVML shutdown did not finish in %g s; exiting anyway", CLOSE_S)
+    while closer.is_alive():  # polled: no executor thread waits on it
+        await asyncio.sleep(0.01)
+
+
+class _Unjoined(ThreadPoolExecutor):
+    """The event loop's default executor (file reads, client closes): at the stop its
+    shutdown does not wait for a call still running, so no worker thread blocked in a
+    read, a request or an import holds the exit (asyncio.run waits for the default
+    executor's threads; os._exit ends them)."""
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        super().shutdown(wait=False, cancel_futures=True)
 
 
 class BindError(Exception):
@@ -184,6 +208,7 @@ async def serve(app: web.Application, cfg: Config) -> None:
     aiohttp's run_app does the same, except for the per-connection guard
     (exporter.connections), which needs the protocol factory.
     """
+    asyncio.get_running_loop().set_default_executor(_Unjoined(thread_name_prefix="loop"))
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_S)
     await runner.setup()
     stop = asyncio.Event()

@@ -17,6 +17,9 @@ from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
 Ident = tuple[str, int | None, int | None]  # GPU UUID, GPU-instance id, compute-instance id
+GONE_KEEP = 5
+"""Updates a device that went without an XID is still known for: the event thread may
+count an XID raised as a MIG instance was destroyed after the cycle that saw it gone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +42,7 @@ class XidCounter:
 
     With pod labels, an XID is charged to the container holding the device in
     the cycle it is seen, so a new pod on the GPU does not inherit old XIDs; a
-    former holder's series goes when another container holds the device.
+    former holder's series goes only when another container holds the device.
     """
 
     def __init__(self) -> None:
@@ -47,6 +50,7 @@ class XidCounter:
         self._acc: dict[tuple[Ident, int, Hashable | None], int] = {}
         self._holders: dict[tuple[Ident, Hashable | None], Hashable | None] = {}
         self._where: dict[Ident, Device] = {}  # present devices, and last seen of counted ones
+        self._gone: dict[Ident, int] = {}  # uncounted devices gone: updates since last seen
 
     def update(
         self, snap: Snapshot, holders: Mapping[str, Hashable] | None = None
@@ -76,8 +80,7 @@ class XidCounter:
                 self._acc[key] = self._acc.get(key, 0) + delta
                 self._holders[(at, owner)] = h
         self._drop_former_holders(present, holders)
-        counted = {at for at, _, _ in self._acc}
-        self._where = {i: d for i, d in self._where.items() if i in present or i in counted}
+        self._forget_gone(present)
         out = [
             XidSeries(self._where[at], xid, self._holders[(at, owner)], n)
             for (at, xid, owner), n in self._acc.items()
@@ -85,13 +88,29 @@ class XidCounter:
         out.sort(key=lambda s: (s.device.key, s.xid))
         return out
 
+    def _forget_gone(self, present: Mapping[Ident, Device]) -> None:
+        """Keep present devices and counted ones; others for GONE_KEEP updates after."""
+        counted = {at for at, _, _ in self._acc}
+        gone = {i: self._gone.get(i, 0) + 1 for i in self._where if i not in present}
+        self._gone = {i: n for i, n in gone.items() if i not in counted and n <= GONE_KEEP}
+        self._where = {
+            i: d for i, d in self._where.items() if i in present or i in counted or i in self._gone
+        }
+
     def _drop_former_holders(self, present: Mapping[Ident, Device], holders: Mapping) -> None:
-        """Forget series of containers that no longer hold a device that is present."""
+        """Forget series of containers whose present device another container now holds.
+
+        A device with no holder keeps its former holder's series: the pod map has gaps
+        (after a driver outage it lacks the MIG instances until the kubelet answers
+        again), and a gap must not delete counts.
+        """
         for at, xid, owner in list(self._acc):
             dev = present.get(at)
             if owner is None or dev is None:
                 continue
             h = holders.get(dev.key)
+            if h is None:
+                continue
             if getattr(h, "owner", h) != owner:
                 del self._acc[(at, xid, owner)]
                 self._holders.pop((at, owner), None)

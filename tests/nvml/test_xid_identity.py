@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from exporter.collector import Collector
 from exporter.config import default_metrics_file
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.exposition.xid import XidCounter
 from exporter.sim import Fault, ManualClock
 from tests.exposition import find
 
@@ -98,3 +100,28 @@ def test_counts_survive_mig_reconfiguration(node):
     assert [(s.labels["GPU_I_ID"], s.labels["GPU_I_PROFILE"], s.value) for s in old] == [
         ("7", "1g.5gb", 1)
     ]
+
+
+def test_an_xid_counted_after_its_instance_is_gone(node):
+    """An XID raised as its MIG instance is destroyed reaches the counters after the
+    cycle that already saw the new layout (the event thread was a moment late): it is
+    counted on that instance's identity and labels, not moved to the whole GPU."""
+    driver, col, _ = node
+    counter = XidCounter()
+    driver.advance(1.0)
+    before = col.collect()
+    assert counter.update(before) == []  # GPU instance 7 present, nothing counted
+    driver.inject(Fault("xid", gpu=1, gi=7, xid=43))
+    arrive(col, 1)
+    raised = col.xid.state()
+    driver.inject(Fault("mig_reconfigure", gpu=1, mig=[{"profile": "7g.40gb"}]))
+    driver.advance(1.0)
+    after = col.collect()
+    assert not any(d.gi == 7 for d in after.entities)
+    assert counter.update(replace(after, xid=before.xid)) == []  # the event not in yet
+    late = counter.update(replace(after, xid=raised))
+    labels = [dict(s.device.labels) for s in late]
+    assert [(lb["gpu"], lb.get("GPU_I_ID"), lb.get("GPU_I_PROFILE")) for lb in labels] == [
+        ("1", "7", "1g.5gb")
+    ]
+    assert [(s.xid, s.count) for s in late] == [(43, 1)]

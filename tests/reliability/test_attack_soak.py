@@ -5,14 +5,33 @@ The 10-minute run and its figures are in docs/reliability.md."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from tests.reliability.attack_report import summary, verdict
 from tests.reliability.attack_soak import soak
 
 
-def test_attack_soak_one_minute():
-    s = summary(soak(60))
+def xid_story(record: dict[str, Any]) -> str:
+    """What a failed run says about XIDs: each change of a counted total by scrape time,
+    and the exporter's XID and NVML log lines (to tell a lost event from a late one)."""
+    changes, last = [], {}
+    for sc in record["scrapes"]:
+        for key, n in sc["xids"].items():
+            if last.get(key) != n:
+                changes.append(f"{sc['t']:.1f}s {key}={n}")
+                last[key] = n
+    lines = [x for x in record["log"].splitlines() if "XID" in x or "NVML" in x]
+    return "XID totals: " + ", ".join(changes) + "\n" + "\n".join(lines[-40:])
+
+
+def test_attack_soak_one_minute(tmp_path):
+    record = soak(60)
+    s = summary(record)
     print(f"\nattack soak: { {k: v for k, v in s.items() if k != 'attacks'} }")
-    assert verdict(s) == [], s
+    if verdict(s):
+        (tmp_path / "attack-soak.json").write_text(json.dumps(record, indent=1))
+    assert verdict(s) == [], f"{s}\n{xid_story(record) if s['xid_mismatch'] else ''}"
     # the mix really ran: every attack had its two turns, and each did something
     for attack in ("tls_handshake_flood", "header_flood", "never_reading", "wrong_passwords",
                    "sighup_storm", "hostile_kubelet", "oversized_labels"):  # fmt: skip

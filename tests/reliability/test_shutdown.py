@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import glob
 import http.client
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
-from tests.procs import ROOT, Exporter
+from tests.procs import ROOT, Exporter, wait_until
 
 REPS = 20
 STOP_S = 2.0  # issue 15: SIGTERM/SIGINT end the process within 2 s
@@ -129,3 +131,74 @@ def test_sigterm_and_sigint_under_load_exit_within_2_s(version, tmp_path):
     assert scrapes > REPS, "the scrapers never got an answer: no load"
     worst = max(s for _, s in took)
     print(f"\nPython {version}: {REPS} stops under load, slowest {worst:.2f} s")
+
+
+class SilentAPIServer:
+    """An API server that accepts connections and never answers: the exporter's watch
+    thread stays blocked in its first List (after importing its client)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.sock.accept()[0])
+
+    def close(self) -> None:
+        for c in [*self.held, self.sock]:
+            c.close()
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }  # fmt: skip
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("blocked", ["nvml_call", "api_server_watch"])
+def test_the_stop_never_waits_for_a_blocked_worker_thread(blocked, tmp_path):
+    """A worker thread that does not return (an NVML call hung for 60 s; the API-server
+    watch thread blocked in a request, or importing its client, right after the start)
+    does not hold the stop: the process ends well within 2 s by itself, not by the
+    stop deadline (which would log "stop did not finish")."""
+    kubelet = api = None
+    if blocked == "nvml_call":
+        args: list[str] = ["-c", "500", "--collect-timeout", "1000"]
+        fleet, env = ROOT / "tests" / "fixtures" / "reliability" / "hang.yaml", {}
+    else:
+        kubelet = FakeKubelet(tmp_path / "k.sock", load_pods("default-node.yaml", fleet_ids(None)))
+        kubelet.start()
+        api = SilentAPIServer()
+        args = ["-c", "150", "-k", "--pod-resources-kubelet-socket", str(kubelet.socket_path),
+                "--kubernetes-enable-pod-labels"]  # fmt: skip
+        fleet = None
+        env = {"KUBECONFIG": str(kubeconfig(tmp_path / "kc", api.url)),
+               "KUBERNETES_SERVICE_HOST": ""}  # fmt: skip
+    ex = Exporter(*args, fleet=fleet, env=env, log=tmp_path / "log")
+    try:
+        ex.wait_ready()
+        if blocked == "nvml_call":
+            wait_until(lambda: b"busy reading GPU 2" in ex.get("/ready")[2], 15, "the hang")
+        t0 = time.monotonic()
+        ex.proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            ex.proc.wait(STOP_S * 5)
+        took = time.monotonic() - t0
+    finally:
+        log = ex.stop()
+        if kubelet is not None:
+            kubelet.close()
+        if api is not None:
+            api.close()
+    assert ex.proc.returncode == 0, log[-1500:]
+    assert "stop did not finish" not in log, log[-1500:]
+    assert took < STOP_S, f"{blocked}: the stop took {took:.2f} s"
