@@ -52,6 +52,7 @@ class Frame:
     device_rows: Sequence[Row] = ()
     instance_rows: Sequence[Row] = ()
     virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
+    memo: dict[str, object] = field(default_factory=dict)  # what families share this cycle
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -89,30 +90,85 @@ def values(spec: MetricSpec, fr: Frame) -> list[str]:
     return _values(spec, _joined(fr))
 
 
-Joined = tuple[list[tuple[str, Mapping[str, float]]], list[tuple[str, Mapping[str, float]]]]
+Joined = tuple[list[tuple[str, Mapping[str, str]]], list[tuple[str, Mapping[str, str]]]]
 
 
 def _joined(fr: Frame) -> Joined:
-    """(device rows, instance rows) as (label text, the device's readings), the rows
-    of devices without readings left out: looked up once per cycle, not per family."""
+    """(device rows, instance rows) as (label text, the device's readings as sample text),
+    the rows of devices without readings left out: looked up once per cycle, not per
+    family, and each reading formatted once, however many series repeat it (a GPU's
+    device-level values appear on each of its MIG instances)."""
+    done = fr.memo.get("joined")
+    if done is not None:
+        return done  # type: ignore[return-value]
     readings = fr.snap.values
+    texts: dict[str, dict[str, str]] = {}
 
-    def join(rows: Sequence[Row]) -> list[tuple[str, Mapping[str, float]]]:
-        return [(labels, got) for labels, key in rows if (got := readings.get(key)) is not None]
+    def text_of(key: str) -> dict[str, str] | None:
+        got = texts.get(key)
+        if got is None:
+            values = readings.get(key)
+            if values is None:
+                return None
+            got = texts[key] = _formatted(values)
+        return got
 
-    return join(fr.device_rows), join(fr.instance_rows)
+    def join(rows: Sequence[Row]) -> list[tuple[str, Mapping[str, str]]]:
+        return [(labels, got) for labels, key in rows if (got := text_of(key)) is not None]
+
+    out = fr.memo["joined"] = (join(fr.device_rows), join(fr.instance_rows))
+    return out
+
+
+def _formatted(values: Mapping[str, float]) -> dict[str, str]:
+    """Sample text of each reading (repr is what text.num writes for floats and ints)."""
+    num = text.num
+    return {
+        f: repr(v) if (t := type(v)) is float or t is int else num(v)
+        for f, v in values.items()
+        if v is not None
+    }
 
 
 def _values(spec: MetricSpec, joined: Joined) -> list[str]:
     series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
-    prefix, field, num = spec.name + "{", spec.field.name, text.num
-    out = []
-    for labels, got in series:  # the hot loop of a cycle: one line per series, written inline
-        v = got.get(field)  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
-        if v is not None:
-            t = type(v)  # repr is what text.num writes for these two
-            out.append(f"{prefix}{labels}}} {repr(v) if t is float or t is int else num(v)}\n")
-    return out
+    prefix, field = spec.name + "{", spec.field.name
+    # the hot loop of a cycle: one line per series, written inline; readings are keyed by
+    # DCGM field (``name`` is 1.x's with -o)
+    return [f"{prefix}{labels}}} {v}\n" for labels, got in series if (v := got.get(field))]
+
+
+class Reuse:
+    """Family text kept from the last cycle: a plain-value family whose series and sample
+    text are all as they were is not written again (counters, clocks, totals rarely move).
+    Holds one entry per family of the catalog, dropped whenever the series change."""
+
+    def __init__(self) -> None:
+        self._rows: tuple[list[str], list[str]] = ([], [])  # label text of each joined row
+        # family name -> (its spec, the sample text per joined row, family text, samples)
+        self._families: dict[str, tuple[MetricSpec, list[str | None], str, int]] = {}
+
+    def start(self, joined: Joined) -> None:
+        """Begin a cycle: forget every family if its series are not the last cycle's."""
+        rows = ([labels for labels, _ in joined[0]], [labels for labels, _ in joined[1]])
+        if rows != self._rows:  # the same label strings: compared by identity first
+            self._rows = rows
+            self._families.clear()
+
+    def family(self, spec: MetricSpec, joined: Joined) -> tuple[str, int]:
+        """The text of a plain-value family and its number of samples."""
+        series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
+        field = spec.field.name
+        now = [got.get(field) for _, got in series]
+        last = self._families.get(spec.name)
+        if last is not None and last[0] is spec and last[1] == now:
+            return last[2], last[3]
+        prefix = spec.name + "{"
+        pairs = zip(series, now, strict=True)
+        lines = [f"{prefix}{row[0]}}} {v}\n" for row, v in pairs if v is not None]
+        body = text.family(spec.name, spec.help, spec.type, lines)
+        self._families[spec.name] = (spec, now, body, len(lines))
+        return body, len(lines)
 
 
 def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
@@ -224,15 +280,22 @@ BY_NAME: dict[str, Family] = {
 }
 
 
-def render(catalog: Catalog, fr: Frame) -> tuple[str, int]:
-    """Text of every catalog family with samples this cycle, and the number of samples."""
+def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[str], int]:
+    """Text of every catalog family with samples this cycle, and the number of samples;
+    ``reuse`` (kept across cycles) gives back the text of unchanged plain-value families."""
     out: list[str] = []
     series = 0
     joined = _joined(fr)
+    reuse = reuse or Reuse()
+    reuse.start(joined)
     for spec in catalog.metrics:
         fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
-        lines = fn(spec, fr) if fn is not None else _values(spec, joined)
-        if lines:
-            out.append(text.family(spec.name, spec.help, spec.type, lines))
-            series += len(lines)
-    return "".join(out), series
+        if fn is None:
+            body, n = reuse.family(spec, joined)
+        else:
+            lines = fn(spec, fr)
+            body, n = text.family(spec.name, spec.help, spec.type, lines), len(lines)
+        if n:
+            out.append(body)
+            series += n
+    return out, series
