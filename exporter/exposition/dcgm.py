@@ -10,6 +10,7 @@ cycle's :class:`Frame` and returns sample lines. Which devices carry series
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -195,13 +196,30 @@ def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
     return out
 
 
+# Label text of the DCGM_EXP_* and XID families' own labels: a handful of values, joined
+# once and reused every cycle (bounded: past the size the oldest are joined again).
+@functools.lru_cache(maxsize=256)
+def _xid_labels(x: int) -> str:
+    return text.join((("err_code", str(x)), ("err_msg", describe(x))))
+
+
+@functools.lru_cache(maxsize=1024)
+def _pair_labels(label: str, value: str, window: str) -> str:
+    return f"{text.join(((label, value),))},{window}"
+
+
+@functools.lru_cache(maxsize=256)
+def _health_labels(watch: str, code: str) -> str:
+    return text.join((("health_watch", watch), ("health_error_code", code)))
+
+
 def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0 for none), sticky like dcgm-exporter."""
     last = dict(fr.snap.xid.last)
     out: list[str] = []
     for dev, gpu in fr.targets.device:
         x = last.get(gpu, 0)
-        more = text.join((("err_code", str(x)), ("err_msg", describe(x))))
+        more = _xid_labels(x)
         out.extend(text.sample(spec.name, f"{w},{more}", str(x)) for w in fr.each(dev))
     return out
 
@@ -231,7 +249,7 @@ def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: s
     out: list[str] = []
     for dev, gpu in fr.targets.device:
         for value, n in by_gpu.get(gpu, ()):
-            more = f"{text.join(((label, value),))},{window}" if value is not None else window
+            more = _pair_labels(label, value, window) if value is not None else window
             out.extend(text.sample(spec.name, f"{w},{more}", str(n)) for w in fr.each(dev))
     return out
 
@@ -254,7 +272,7 @@ def health(spec: MetricSpec, fr: Frame) -> list[str]:
     where += [(w, d.key) for d in fr.targets.down for w in fr.each(d)]
     for labels, gpu in where:
         for s in got.get(gpu, ()):
-            more = text.join((("health_watch", s.watch), ("health_error_code", s.error_code)))
+            more = _health_labels(s.watch, s.error_code)
             out.append(text.sample(spec.name, f"{labels},{more}", str(s.value)))
     return out
 
