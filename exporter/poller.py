@@ -199,7 +199,6 @@ class Poller:
         if snap.ok:
             sm.collections["success"] += 1
             sm.last_success = snap.taken_at
-            self.last_ok_monotonic = time.monotonic()
         else:
             sm.collections["failure"] += 1
         attr = self.attribution
@@ -212,6 +211,8 @@ class Poller:
                 snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
             )
         self._publish_self()
+        if snap.ok:  # only now: /ready must not say yes before /metrics has the series
+            self.last_ok_monotonic = time.monotonic()
         if self._trim is not None and self.cycles % TRIM_EVERY == 0:
             self._trim(0)  # the old exposition's memory, freed in this thread, back to the OS
 

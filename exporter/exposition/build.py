@@ -7,6 +7,7 @@ own state while the last good readings stay in place.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,6 +73,7 @@ class Layout:
     targets: Targets
     device_rows: list[dcgm.Row]
     instance_rows: list[dcgm.Row]
+    parts: tuple[int, int] = (0, 0)  # how many of ``devices`` are GPUs, then down GPUs
 
     def same(self, devices: tuple[Device, ...], holders: Mapping[str, Holder] | None) -> bool:
         """Whether this layout is still right for these devices and holders."""
@@ -119,6 +121,7 @@ class Builder:
         splits = list(splits)
         xids = self.xids.update(snap, holders)
         devices = (*snap.gpus, *snap.down, *snap.entities)
+        parts = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
         self.device_text.keep([*devices, *(s.device for s in xids)])
         self._warn_unmatched(snap)
         virt = None
@@ -127,7 +130,7 @@ class Builder:
             virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
             dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, virt.copies)
         else:
-            lay = self._layout_cached(snap, devices, holders)
+            lay = self._layout_cached(snap, (parts, devices), holders)
             dev_rows, inst_rows = lay.device_rows, lay.instance_rows
         fr = dcgm.Frame(
             snap,
@@ -152,14 +155,19 @@ class Builder:
         return "".join(self.dcgm_parts)
 
     def _layout_cached(
-        self, snap: Snapshot, devices: tuple[Device, ...], holders: Mapping[str, Holder] | None
+        self,
+        snap: Snapshot,
+        key: tuple[tuple[int, int], tuple[Device, ...]],
+        holders: Mapping[str, Holder] | None,
     ) -> Layout:
         """This cycle's layout: the last one again while the devices (the same objects, in the
-        same order) and their holders are unchanged, so pod labels are joined once per change."""
+        same order and roles) and their holders are unchanged, so pod labels are joined once
+        per change. ``key``: (numbers of GPUs and down GPUs, every device in order)."""
         last = self._last_layout
-        if last is not None and last.same(devices, holders):
+        if last is not None and last.parts == key[0] and last.same(key[1], holders):
             return last
-        self._last_layout = lay = self._layout(snap, devices, holders)
+        lay = self._layout(snap, key[1], holders)
+        self._last_layout = lay = dataclasses.replace(lay, parts=key[0])
         return lay
 
     def _layout(
