@@ -7,6 +7,7 @@ own state while the last good readings stay in place.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,7 +18,7 @@ from exporter.catalog import Catalog
 from exporter.exposition import dcgm, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.exposition.targets import targets, unmatched
+from exporter.exposition.targets import Targets, targets, unmatched
 from exporter.exposition.xid import XidCounter
 from exporter.nvml import windows
 from exporter.nvml.devices import Device
@@ -62,6 +63,26 @@ class DeviceText:
         self._cache = {d: old[d] for d in devices if d in old}
 
 
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Which series a cycle has and their label text: kept while devices and holders stay."""
+
+    devices: tuple[Device, ...]  # held, so that identity comparisons stay meaningful
+    holders: Mapping[str, Holder]
+    series_labels: dict[str, str]  # device key -> its labels, plus its holder's if one
+    targets: Targets
+    device_rows: list[dcgm.Row]
+    instance_rows: list[dcgm.Row]
+    parts: tuple[int, int] = (0, 0)  # how many of ``devices`` are GPUs, then down GPUs
+
+    def same(self, devices: tuple[Device, ...], holders: Mapping[str, Holder] | None) -> bool:
+        """Whether this layout is still right for these devices and holders."""
+        mine = self.devices
+        if len(mine) != len(devices) or any(a is not b for a, b in zip(mine, devices, strict=True)):
+            return False
+        return self.holders == (holders or {})
+
+
 class Builder:
     """Owns what the exposition is built from across cycles: XID counts, windows, label text.
 
@@ -78,7 +99,9 @@ class Builder:
         self.xids = XidCounter()
         self.device_text = DeviceText()
         self.holder_text = pods.HolderText()
-        self.dcgm_text = ""  # the DCGM part, from the last published snapshot
+        self.dcgm_parts: list[str] = []  # the DCGM part, from the last published snapshot
+        self._reuse = dcgm.Reuse()
+        self._last_layout: Layout | None = None
 
     def dcgm(
         self,
@@ -97,8 +120,59 @@ class Builder:
         """
         splits = list(splits)
         xids = self.xids.update(snap, holders)
-        devices = [*snap.gpus, *snap.down, *snap.entities]
+        devices = (*snap.gpus, *snap.down, *snap.entities)
+        parts = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
         self.device_text.keep([*devices, *(s.device for s in xids)])
+        self._warn_unmatched(snap)
+        virt = None
+        if sharers:
+            lay = self._layout(snap, devices, holders)
+            virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
+            dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, virt.copies)
+        else:
+            lay = self._layout_cached(snap, (parts, devices), holders)
+            dev_rows, inst_rows = lay.device_rows, lay.instance_rows
+        fr = dcgm.Frame(
+            snap,
+            lay.series_labels,
+            self.device_text,
+            xids,
+            self.holder_text,
+            lay.targets,
+            self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
+            dev_rows,
+            inst_rows,
+            virt,
+        )
+        parts, n = dcgm.render(catalog, fr, self._reuse)
+        shared, m = pods.shared_families(splits, self.device_text)
+        self.dcgm_parts = [*parts, shared]
+        return n + m
+
+    @property
+    def dcgm_text(self) -> str:
+        """The DCGM part of the exposition, from the last published snapshot."""
+        return "".join(self.dcgm_parts)
+
+    def _layout_cached(
+        self,
+        snap: Snapshot,
+        key: tuple[tuple[int, int], tuple[Device, ...]],
+        holders: Mapping[str, Holder] | None,
+    ) -> Layout:
+        """This cycle's layout: the last one again while the devices (the same objects, in the
+        same order and roles) and their holders are unchanged, so pod labels are joined once
+        per change. ``key``: (numbers of GPUs and down GPUs, every device in order)."""
+        last = self._last_layout
+        if last is not None and last.parts == key[0] and last.same(key[1], holders):
+            return last
+        lay = self._layout(snap, key[1], holders)
+        self._last_layout = lay = dataclasses.replace(lay, parts=key[0])
+        return lay
+
+    def _layout(
+        self, snap: Snapshot, devices: tuple[Device, ...], holders: Mapping[str, Holder] | None
+    ) -> Layout:
         pod = self.holder_text.by_device(holders) if holders else {}
         series_labels = {}
         for d in devices:
@@ -106,27 +180,8 @@ class Builder:
             more = pod.get(d.key)
             series_labels[d.key] = f"{own},{more}" if more else own
         tg = targets(snap, self.selection)
-        self._warn_unmatched(snap)
-        virt = None
-        if sharers:
-            virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
-        device_rows, instance_rows = dcgm.rows(series_labels, tg, virt.copies if virt else None)
-        fr = dcgm.Frame(
-            snap,
-            series_labels,
-            self.device_text,
-            xids,
-            self.holder_text,
-            tg,
-            self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
-            device_rows,
-            instance_rows,
-            virt,
-        )
-        body, n = dcgm.render(catalog, fr)
-        shared, m = pods.shared_families(splits, self.device_text)
-        self.dcgm_text = body + shared
-        return n + m
+        dev_rows, inst_rows = dcgm.rows(series_labels, tg)
+        return Layout(devices, dict(holders or {}), series_labels, tg, dev_rows, inst_rows)
 
     def _warn_unmatched(self, snap: Snapshot) -> None:
         """Say once (and again when it changes) which -d IDs match nothing on this node."""
@@ -160,4 +215,4 @@ class Builder:
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
-        return Exposition.of(self.dcgm_text + self.selfmetrics.render())
+        return Exposition.of("".join([*self.dcgm_parts, self.selfmetrics.render()]))

@@ -10,6 +10,7 @@ cycle's :class:`Frame` and returns sample lines. Which devices carry series
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -52,6 +53,7 @@ class Frame:
     device_rows: Sequence[Row] = ()
     instance_rows: Sequence[Row] = ()
     virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
+    memo: dict[str, object] = field(default_factory=dict)  # what families share this cycle
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -89,30 +91,85 @@ def values(spec: MetricSpec, fr: Frame) -> list[str]:
     return _values(spec, _joined(fr))
 
 
-Joined = tuple[list[tuple[str, Mapping[str, float]]], list[tuple[str, Mapping[str, float]]]]
+Joined = tuple[list[tuple[str, Mapping[str, str]]], list[tuple[str, Mapping[str, str]]]]
 
 
 def _joined(fr: Frame) -> Joined:
-    """(device rows, instance rows) as (label text, the device's readings), the rows
-    of devices without readings left out: looked up once per cycle, not per family."""
+    """(device rows, instance rows) as (label text, the device's readings as sample text),
+    the rows of devices without readings left out: looked up once per cycle, not per
+    family, and each reading formatted once, however many series repeat it (a GPU's
+    device-level values appear on each of its MIG instances)."""
+    done = fr.memo.get("joined")
+    if done is not None:
+        return done  # type: ignore[return-value]
     readings = fr.snap.values
+    texts: dict[str, dict[str, str]] = {}
 
-    def join(rows: Sequence[Row]) -> list[tuple[str, Mapping[str, float]]]:
-        return [(labels, got) for labels, key in rows if (got := readings.get(key)) is not None]
+    def text_of(key: str) -> dict[str, str] | None:
+        got = texts.get(key)
+        if got is None:
+            values = readings.get(key)
+            if values is None:
+                return None
+            got = texts[key] = _formatted(values)
+        return got
 
-    return join(fr.device_rows), join(fr.instance_rows)
+    def join(rows: Sequence[Row]) -> list[tuple[str, Mapping[str, str]]]:
+        return [(labels, got) for labels, key in rows if (got := text_of(key)) is not None]
+
+    out = fr.memo["joined"] = (join(fr.device_rows), join(fr.instance_rows))
+    return out
+
+
+def _formatted(values: Mapping[str, float]) -> dict[str, str]:
+    """Sample text of each reading (repr is what text.num writes for floats and ints)."""
+    num = text.num
+    return {
+        f: repr(v) if (t := type(v)) is float or t is int else num(v)
+        for f, v in values.items()
+        if v is not None
+    }
 
 
 def _values(spec: MetricSpec, joined: Joined) -> list[str]:
     series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
-    prefix, field, num = spec.name + "{", spec.field.name, text.num
-    out = []
-    for labels, got in series:  # the hot loop of a cycle: one line per series, written inline
-        v = got.get(field)  # readings are keyed by DCGM field; ``name`` is 1.x's with -o
-        if v is not None:
-            t = type(v)  # repr is what text.num writes for these two
-            out.append(f"{prefix}{labels}}} {repr(v) if t is float or t is int else num(v)}\n")
-    return out
+    prefix, field = spec.name + "{", spec.field.name
+    # the hot loop of a cycle: one line per series, written inline; readings are keyed by
+    # DCGM field (``name`` is 1.x's with -o)
+    return [f"{prefix}{labels}}} {v}\n" for labels, got in series if (v := got.get(field))]
+
+
+class Reuse:
+    """Family text kept from the last cycle: a plain-value family whose series and sample
+    text are all as they were is not written again (counters, clocks, totals rarely move).
+    Holds one entry per family of the catalog, dropped whenever the series change."""
+
+    def __init__(self) -> None:
+        self._rows: tuple[list[str], list[str]] = ([], [])  # label text of each joined row
+        # family name -> (its spec, the sample text per joined row, family text, samples)
+        self._families: dict[str, tuple[MetricSpec, list[str | None], str, int]] = {}
+
+    def start(self, joined: Joined) -> None:
+        """Begin a cycle: forget every family if its series are not the last cycle's."""
+        rows = ([labels for labels, _ in joined[0]], [labels for labels, _ in joined[1]])
+        if rows != self._rows:  # the same label strings: compared by identity first
+            self._rows = rows
+            self._families.clear()
+
+    def family(self, spec: MetricSpec, joined: Joined) -> tuple[str, int]:
+        """The text of a plain-value family and its number of samples."""
+        series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
+        field = spec.field.name
+        now = [got.get(field) for _, got in series]
+        last = self._families.get(spec.name)
+        if last is not None and last[0] is spec and last[1] == now:
+            return last[2], last[3]
+        prefix = spec.name + "{"
+        pairs = zip(series, now, strict=True)
+        lines = [f"{prefix}{row[0]}}} {v}\n" for row, v in pairs if v is not None]
+        body = text.family(spec.name, spec.help, spec.type, lines)
+        self._families[spec.name] = (spec, now, body, len(lines))
+        return body, len(lines)
 
 
 def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
@@ -139,13 +196,30 @@ def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
     return out
 
 
+# Label text of the DCGM_EXP_* and XID families' own labels: a handful of values, joined
+# once and reused every cycle (bounded: past the size the oldest are joined again).
+@functools.lru_cache(maxsize=256)
+def _xid_labels(x: int) -> str:
+    return text.join((("err_code", str(x)), ("err_msg", describe(x))))
+
+
+@functools.lru_cache(maxsize=1024)
+def _pair_labels(label: str, value: str, window: str) -> str:
+    return f"{text.join(((label, value),))},{window}"
+
+
+@functools.lru_cache(maxsize=256)
+def _health_labels(watch: str, code: str) -> str:
+    return text.join((("health_watch", watch), ("health_error_code", code)))
+
+
 def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
     """DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0 for none), sticky like dcgm-exporter."""
     last = dict(fr.snap.xid.last)
     out: list[str] = []
     for dev, gpu in fr.targets.device:
         x = last.get(gpu, 0)
-        more = text.join((("err_code", str(x)), ("err_msg", describe(x))))
+        more = _xid_labels(x)
         out.extend(text.sample(spec.name, f"{w},{more}", str(x)) for w in fr.each(dev))
     return out
 
@@ -175,7 +249,7 @@ def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: s
     out: list[str] = []
     for dev, gpu in fr.targets.device:
         for value, n in by_gpu.get(gpu, ()):
-            more = f"{text.join(((label, value),))},{window}" if value is not None else window
+            more = _pair_labels(label, value, window) if value is not None else window
             out.extend(text.sample(spec.name, f"{w},{more}", str(n)) for w in fr.each(dev))
     return out
 
@@ -198,7 +272,7 @@ def health(spec: MetricSpec, fr: Frame) -> list[str]:
     where += [(w, d.key) for d in fr.targets.down for w in fr.each(d)]
     for labels, gpu in where:
         for s in got.get(gpu, ()):
-            more = text.join((("health_watch", s.watch), ("health_error_code", s.error_code)))
+            more = _health_labels(s.watch, s.error_code)
             out.append(text.sample(spec.name, f"{labels},{more}", str(s.value)))
     return out
 
@@ -224,15 +298,22 @@ BY_NAME: dict[str, Family] = {
 }
 
 
-def render(catalog: Catalog, fr: Frame) -> tuple[str, int]:
-    """Text of every catalog family with samples this cycle, and the number of samples."""
+def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[str], int]:
+    """Text of every catalog family with samples this cycle, and the number of samples;
+    ``reuse`` (kept across cycles) gives back the text of unchanged plain-value families."""
     out: list[str] = []
     series = 0
     joined = _joined(fr)
+    reuse = reuse or Reuse()
+    reuse.start(joined)
     for spec in catalog.metrics:
         fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
-        lines = fn(spec, fr) if fn is not None else _values(spec, joined)
-        if lines:
-            out.append(text.family(spec.name, spec.help, spec.type, lines))
-            series += len(lines)
-    return "".join(out), series
+        if fn is None:
+            body, n = reuse.family(spec, joined)
+        else:
+            lines = fn(spec, fr)
+            body, n = text.family(spec.name, spec.help, spec.type, lines), len(lines)
+        if n:
+            out.append(body)
+            series += n
+    return out, series

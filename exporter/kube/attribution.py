@@ -64,6 +64,7 @@ class Attribution:
         self._watcher_failed = ""
         self._holders: Mapping[str, Holder] = MappingProxyType({})
         self._sharers: Mapping[str, tuple[Holder, ...]] = MappingProxyType({})
+        self._built_from: PodMap | None = None  # the map the holders were built from
         self._containers: dict[int, ContainerRef | None] = {}  # host PID -> container
         self.duration = 0.0
         self._warn = RateLimitedLog(log)
@@ -119,7 +120,15 @@ class Attribution:
         pm = self.mapper.map
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
-        self._holders, self._sharers = self._build_holders(pm)
+        if pm is self._built_from and self.watcher is None:
+            return  # the mapper reused its map: the holders are the last ones
+        holders, sharers = self._build_holders(pm)
+        # unchanged holders stay the same objects, so the exposition keeps its label text
+        if holders != self._holders:
+            self._holders = holders
+        if sharers != self._sharers:
+            self._sharers = sharers
+        self._built_from = pm
 
     def shared_keys(self) -> frozenset[str]:
         """Devices held by several containers: the collector reads their processes."""

@@ -146,18 +146,20 @@ class FieldReader:
             return  # counted by the session; try again next cycle
         i = 0
         lacking: list[tuple[Field, str]] = []
+        get = object.__getattribute__  # the raw ctypes fields, past pynvml's wrapper
         for f in plan.batch:
             total: Value | None = 0
             stamp_us = 0
             for _ in f.field_ids:
                 v = values[i]
                 i += 1
-                stamp_us = stamp_us or v.timestamp
-                if v.nvmlReturn != N.NVML_SUCCESS:
-                    if v.nvmlReturn == N.NVML_ERROR_NOT_SUPPORTED:
+                stamp_us = stamp_us or get(v, "timestamp")
+                ret = get(v, "nvmlReturn")
+                if ret != N.NVML_SUCCESS:
+                    if ret == N.NVML_ERROR_NOT_SUPPORTED:
                         lacking.append((f, f"field {v.fieldId}: NOT_SUPPORTED"))
                     else:
-                        self.session.count("nvmlDeviceGetFieldValues", v.nvmlReturn)
+                        self.session.count("nvmlDeviceGetFieldValues", ret)
                     total = None
                 elif total is not None:
                     total += _value(v, f)
@@ -188,10 +190,11 @@ class FieldReader:
 
 
 def _value(v: Any, f: Field) -> Value:
-    attr = _READ.get(v.valueType, "ullVal")
+    get = object.__getattribute__  # numeric ctypes fields: pynvml's wrapper changes nothing
+    attr = _READ.get(get(v, "valueType"), "ullVal")
     if attr == "dVal" and f.integer:
         attr = "ullVal"  # some drivers leave valueType unset (0) on integer fields such as ECC
-    return getattr(v.value, attr)
+    return get(get(v, "value"), attr)
 
 
 def _where(dev: Device) -> str:

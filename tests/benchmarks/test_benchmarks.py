@@ -181,3 +181,18 @@ def test_default_fleet_targets_when_measured(quick_run):
     cycle = res["cycle"]["default"]["net_ms"]
     assert rows["CPU per collection cycle ≤ 8 ms, default fleet"] == (cycle <= 8)
     assert "RSS ≤ 48 MiB, default fleet" in rows
+
+
+def test_publish_benchmark_renders_with_the_pods_it_was_given():
+    fleet = "exporter/sim/fleets/default.yaml"
+    got = subprocess.run(
+        [sys.executable, "-m", "benchmarks.publish", fleet, "--pods", "3", "--batches", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 0, got.stderr[-3000:]
+    res = json.loads(got.stdout)
+    assert res["pods"] == 3 and res["render_ms"] > 0 and res["build_ms"] > 0
+    assert 0 < res["gzip_bytes"] < res["plain_bytes"]

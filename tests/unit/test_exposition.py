@@ -304,3 +304,37 @@ def test_device_ids_that_match_nothing_are_logged_once(caplog: pytest.LogCapture
     lines = [r.getMessage() for r in caplog.records if "-d/--devices" in r.getMessage()]
     assert len(lines) == 1 and "GPU index 9 " in lines[0]
     assert {x.labels["gpu"] for x in samples(b.dcgm_text)} == {"1"}
+
+
+# --- across cycles: text kept from the last cycle only while nothing it shows changed -----
+
+
+def test_consecutive_cycles_show_changed_values_holders_and_devices():
+    g0, g1 = gpu(0), gpu(1)
+    b = Builder(SelfMetrics(1.0))
+
+    def cycle(gpus, temps, holders=None) -> dict[tuple[str, str], tuple[float, str | None]]:
+        values = {
+            g.key: {"DCGM_FI_DEV_GPU_TEMP": t, "DCGM_FI_DEV_SM_CLOCK": 1980} for g, t in temps
+        }
+        b.dcgm(snap(gpus, values=values), CATALOG, holders)
+        return {
+            (x.name, x.labels["gpu"]): (x.value, x.labels.get("pod"))
+            for x in samples(b.dcgm_text)
+            if x.name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK")
+        }
+
+    temp, clock = "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK"
+    assert cycle([g0, g1], [(g0, 40), (g1, 41)])[(temp, "1")] == (41, None)
+    got = cycle([g0, g1], [(g0, 40), (g1, 45)])  # one value moved, the clocks did not
+    assert got[(temp, "0")] == (40, None) and got[(temp, "1")] == (45, None)
+    assert got[(clock, "1")] == (1980, None)
+    held = {g1.key: Holder(Owner("ns", "p", "c"))}
+    got = cycle([g0, g1], [(g0, 40), (g1, 45)], held)  # same values, a pod arrived
+    assert got[(clock, "1")] == (1980, "p") and got[(clock, "0")] == (1980, None)
+    got = cycle([g0, g1], [(g0, 40), (g1, 45)], {g1.key: Holder(Owner("ns", "q", "c"))})
+    assert got[(temp, "1")] == (45, "q")
+    got = cycle([g0], [(g0, 40)])  # GPU 1 gone, its pod with it
+    assert set(got) == {(temp, "0"), (clock, "0")}
+    got = cycle([g0, g1], [(g0, 40)])  # back, without readings: no series yet
+    assert set(got) == {(temp, "0"), (clock, "0")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gzip
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from exporter import sim
 from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
-from exporter.poller import Poller
+from exporter.poller import Poller, limit_malloc_arenas
 from exporter.sim import Fault, ManualClock
 from tests.exposition import find, samples
 
@@ -118,3 +119,14 @@ async def test_a_cancel_as_the_cycle_finishes_is_not_lost(node):
     if not done:
         task.cancel()
     assert done and task.cancelled()
+
+
+def test_malloc_arena_cap_leaves_a_users_setting_alone(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert limit_malloc_arenas() is False  # glibc read the variable at start: it stands
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    try:
+        ctypes.CDLL(None).mallopt  # noqa: B018
+    except AttributeError:
+        pytest.skip("no glibc mallopt here (musl or macOS): nothing to cap")
+    assert limit_malloc_arenas() is True
