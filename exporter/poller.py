@@ -11,9 +11,7 @@ an NVML call: the wait never shields the worker's future from cancellation.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
-import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -22,6 +20,7 @@ from exporter.catalog import Catalog
 from exporter.collector import Collector
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.heap import Trimmer, limit_arenas
 from exporter.snapshot import CollectorResult, Snapshot
 
 if TYPE_CHECKING:
@@ -30,34 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
-MALLOC_ARENAS = 2  # glibc malloc arenas: the event loop's thread and the worker share them
-_M_ARENA_MAX = -8  # mallopt parameter number in glibc's malloc.h
-TRIM_EVERY = 100  # cycles between handing freed heap back to the OS (0.06-0.25 ms each)
-
-
-def _malloc_trim() -> Any:
-    """glibc's ``malloc_trim``, or None without glibc."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def limit_malloc_arenas(n: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas at ``n`` unless MALLOC_ARENA_MAX is set; True if applied.
-
-    Each thread that allocates may get an arena of its own, and the worker
-    thread builds a new exposition (about 1 MB of text and bytes) every cycle:
-    spread over more arenas, freed blocks are reused less and RSS creeps up.
-    Without glibc (musl, macOS) this does nothing.
-    """
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(_M_ARENA_MAX, n))
 
 
 class Poller:
@@ -77,7 +48,7 @@ class Poller:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.attribution = attribution
-        limit_malloc_arenas()  # before the worker thread allocates anything
+        limit_arenas()  # before the worker thread allocates anything
         self.selfmetrics = SelfMetrics(interval_s, attribution.status if attribution else None)
         self.selfmetrics.skipped_rows = catalog.skipped
         self.builder = Builder(self.selfmetrics, cfg)  # cfg: -d and the DCGM_EXP_* windows
@@ -91,7 +62,7 @@ class Poller:
         self._crash_logged = ""
         self._started = 0.0  # monotonic start of the cycle in the worker
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
-        self._trim = _malloc_trim()
+        self._trimmer = Trimmer()
         self.exposition: Exposition = self.builder.build()
 
     @property
@@ -213,8 +184,7 @@ class Poller:
         self._publish_self()
         if snap.ok:  # only now: /ready must not say yes before /metrics has the series
             self.last_ok_monotonic = time.monotonic()
-        if self._trim is not None and self.cycles % TRIM_EVERY == 0:
-            self._trim(0)  # the old exposition's memory, freed in this thread, back to the OS
+        self._trimmer.tick()  # the old expositions' memory, freed here, back to the OS
 
     def _publish_self(self) -> None:
         sm = self.selfmetrics

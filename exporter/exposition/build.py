@@ -121,7 +121,7 @@ class Builder:
         splits = list(splits)
         xids = self.xids.update(snap, holders)
         devices = (*snap.gpus, *snap.down, *snap.entities)
-        parts = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
+        shape = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
         self.device_text.keep([*devices, *(s.device for s in xids)])
         self._warn_unmatched(snap)
         virt = None
@@ -130,7 +130,7 @@ class Builder:
             virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
             dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, virt.copies)
         else:
-            lay = self._layout_cached(snap, (parts, devices), holders)
+            lay = self._layout_cached(snap, (shape, devices), holders)
             dev_rows, inst_rows = lay.device_rows, lay.instance_rows
         fr = dcgm.Frame(
             snap,

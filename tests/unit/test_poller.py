@@ -13,7 +13,8 @@ from exporter import sim
 from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
-from exporter.poller import Poller, limit_malloc_arenas
+from exporter.heap import limit_arenas
+from exporter.poller import Poller
 from exporter.sim import Fault, ManualClock
 from tests.exposition import find, samples
 
@@ -123,10 +124,10 @@ async def test_a_cancel_as_the_cycle_finishes_is_not_lost(node):
 
 def test_malloc_arena_cap_leaves_a_users_setting_alone(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
-    assert limit_malloc_arenas() is False  # glibc read the variable at start: it stands
+    assert limit_arenas() is False  # glibc read the variable at start: it stands
     monkeypatch.delenv("MALLOC_ARENA_MAX")
     try:
         ctypes.CDLL(None).mallopt  # noqa: B018
     except AttributeError:
         pytest.skip("no glibc mallopt here (musl or macOS): nothing to cap")
-    assert limit_malloc_arenas() is True
+    assert limit_arenas() is True
