@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 from typing import Any
 
 ARENAS = 2  # the event loop's thread and the worker share them
-TRIM_EVERY = 100  # cycles between trims (one costs 0.06-0.25 ms)
+TRIM_EVERY = 100  # cycles between trims (one costs 0.06-0.25 ms) ...
+TRIM_S = 10.0  # ... or seconds, whichever comes first: what a burst freed goes back soon
 _M_ARENA_MAX = -8  # mallopt parameter number in glibc's malloc.h
 
 
@@ -36,14 +38,21 @@ def limit_arenas(n: int = ARENAS) -> bool:
 
 
 class Trimmer:
-    """Calls ``malloc_trim(0)`` every ``every`` ticks (each published cycle is one)."""
+    """Calls ``malloc_trim(0)`` every ``every`` ticks or ``every_s`` seconds, whichever
+    comes first (each published cycle is a tick)."""
 
-    def __init__(self, every: int = TRIM_EVERY) -> None:
-        self.every = every
+    def __init__(self, every: int = TRIM_EVERY, every_s: float = TRIM_S) -> None:
+        self.every, self.every_s = every, every_s
         self._trim = _libc("malloc_trim")
         self._ticks = 0
+        self._last = time.monotonic()
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
+        """Count a cycle; True if this one trimmed."""
         self._ticks += 1
-        if self._trim is not None and self._ticks % self.every == 0:
-            self._trim(0)
+        now = time.monotonic()
+        if self._trim is None or (self._ticks < self.every and now - self._last < self.every_s):
+            return False
+        self._trim(0)
+        self._ticks, self._last = 0, now
+        return True

@@ -48,10 +48,10 @@ SLOW = (
 
 @pytest.fixture(autouse=True)
 def _short_event_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process collectors wait 50 ms per nvmlEventSetWait_v2 call instead of 500 ms.
+    """In-process collectors wait 50 ms per nvmlEventSetWait_v2 call instead of 100 ms.
 
     Closing a collector joins its XID event thread, which returns within one wait:
-    this keeps each close under 0.1 s. Exporters started as processes are unchanged.
+    this keeps each close near 0.05 s. Exporters started as processes are unchanged.
     """
     from exporter.nvml import events
 

@@ -5,8 +5,8 @@ collection, then hands :meth:`holders` and :meth:`splits` (plain records) to
 the exposition. Host PIDs on shared devices are joined to pods here, on the
 cycle's data, never from inside the NVML thread. The API
 server is watched only when something needs it (pod UIDs or labels, DRA, or
-joining processes on shared GPUs to pods); importing and starting it is
-deferred until then, since the kubernetes client costs ~20 MiB.
+joining processes on shared GPUs to pods): a node that needs none of them
+keeps no watch thread and no API-server connection.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class Attribution:
                 dra=self.cfg.dra,
             )
             self.watcher.start()
-        except (ValueError, ImportError) as e:  # bad arguments, or no kubernetes package
+        except (ValueError, ImportError) as e:  # bad arguments, or a module missing
             self._watcher_failed = f"API server not usable: {e}"
             log.warning("%s; pod UIDs, labels, DRA and shared-GPU splits are off", e)
 

@@ -36,6 +36,7 @@ from typing import Any
 import bcrypt
 import yaml
 
+from exporter import heap
 from exporter.config import default_metrics_file
 from exporter.kube.generated import podresources_pb2 as pb
 from tests.exposition import find
@@ -240,6 +241,7 @@ class Soak:
             self.sample(after=attack.__name__)
             if attack is attacks.ATTACKS[-1]:
                 self.settle(base.fds + 2)
+                time.sleep(heap.TRIM_S + 1)  # what the round freed has been handed back
                 self.sample(quiet=True)
             else:
                 time.sleep(gap)
