@@ -37,8 +37,8 @@ TRIM = (
 )
 # Budgets about 10% above the sizes measured at 0.1.0 (docs/benchmarks.md, "Image"), to
 # catch growth: the image on the debootstrap base (a python:3.x-slim base is of the same
-# order), and what the Dockerfile adds to that base, the virtual environment, of which the
-# kubernetes client is about two thirds.
+# order), and what the Dockerfile adds to that base: the virtual environment (aiohttp,
+# grpcio, protobuf, PyYAML, bcrypt, nvidia-ml-py and the exporter).
 MAX_IMAGE_MB = 270
 MAX_ADDED_MB = 130
 
