@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 8190
 MAX_FIELD_BYTES = 8190
 MAX_HEADERS = 128
-BACKLOG = listener.BACKLOG  # connections the kernel queues before the exporter accepts them
 SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
 STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
 CLOSE_S = 0.4  # on SIGTERM: time NVML and the kube clients get to close, side by side

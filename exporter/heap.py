@@ -47,12 +47,11 @@ class Trimmer:
         self._ticks = 0
         self._last = time.monotonic()
 
-    def tick(self) -> bool:
-        """Count a cycle; True if this one trimmed."""
+    def tick(self) -> None:
+        """Count a cycle; trim when one of the two has come round."""
         self._ticks += 1
         now = time.monotonic()
         if self._trim is None or (self._ticks < self.every and now - self._last < self.every_s):
-            return False
+            return
         self._trim(0)
         self._ticks, self._last = 0, now
-        return True

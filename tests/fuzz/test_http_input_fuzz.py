@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.connections import HeaderBudget
+from exporter.headers import HeaderBudget
 from exporter.kube.cgroups import parse_cgroup
 from exporter.server import wants_gzip
 from tests.fuzz.strategies import FAST, TEXT
