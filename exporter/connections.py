@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from exporter import eviction
+from exporter.fastpath import FastMetrics
 from exporter.headers import HeaderBudget
 from exporter.ratelimit import RateLimited
 from exporter.tlsstart import start_tls
@@ -128,6 +129,12 @@ class Guard(asyncio.Protocol):
             return
         if self._refused:
             return
+        fast = self.pool.fast
+        if fast is not None and self.budget.between:
+            # a request answered here before passed this budget then: no need to count it
+            gz = fast.known(data)
+            if gz is not None and self._send_fast(fast, gz):
+                return
         fresh = self.budget.between
         if not self.budget.feed(data):
             self.pool.too_large += 1
@@ -140,24 +147,23 @@ class Guard(asyncio.Protocol):
                 transport.close()
             self._refused = True  # the rest of this connection is not parsed
             return
-        if fresh and self.pool.fast is not None and self._answer_fast(data):
-            return
+        if fresh and fast is not None and data.endswith(b"\r\n\r\n"):
+            gz = fast.decide(data)
+            if gz is not None and self._send_fast(fast, gz):
+                return
         self.inner.data_received(data)
 
-    def _answer_fast(self, data: bytes) -> bool:
-        """A whole plain scrape on an idle connection: answered here (exporter/fastpath.py),
-        with aiohttp's keep-alive (idle) timer moved on as after its own responses."""
+    def _send_fast(self, fast: FastMetrics, gz: bool) -> bool:
+        """Answer a whole plain scrape here (exporter/fastpath.py) when the connection is
+        idle, with aiohttp's keep-alive (idle) timer moved on as after its own responses."""
         inner: Any = self.inner
         transport = getattr(inner, "transport", None)
-        if transport is None or not data.endswith(b"\r\n\r\n") or not self._idle():
+        if transport is None or not self._idle():
             return False
-        answer = self.pool.fast(data)  # type: ignore[misc]
-        if answer is None:
-            return False
-        transport.write(answer)
-        loop = asyncio.get_running_loop()
-        self.answered_at = loop.time()
-        inner._next_keepalive_close_time = close_at = loop.time() + inner._keepalive_timeout
+        transport.write(fast.answer(gz))
+        loop = inner._loop
+        now = self.answered_at = loop.time()
+        inner._next_keepalive_close_time = close_at = now + inner._keepalive_timeout
         if inner._keepalive_handle is None:
             inner._keepalive_handle = loop.call_at(close_at, inner._process_keepalive)
         return True
@@ -272,7 +278,7 @@ class ConnectionLimit:
         self.limits = limits
         self.tls = tls
         self.headroom = headroom
-        self.fast: Callable[[bytes], bytes | None] | None = None  # exporter/fastpath.py
+        self.fast: FastMetrics | None = None  # exporter/fastpath.py
         self.open: dict[Guard, None] = {}  # insertion order: oldest first
         self.evicted = self.refused = self.too_large = self.write_timeouts = 0
         self.on_room: Callable[[], None] | None = None  # called when no longer full

@@ -7,7 +7,9 @@ in one read, on a connection with nothing else pending, and is a plain
 more than the body (no body, ``Connection``, ``Upgrade``, ``Expect``), the guard
 (exporter/connections.py) writes a response pre-built once per exposition and
 second: the same status line, headers and body aiohttp would send, in one write,
-for a quarter of aiohttp's CPU per request. Every other request goes to aiohttp
+for a quarter of aiohttp's CPU per request. The bytes of a request answered here are
+remembered (at most 64 different ones), so a scraper's next identical request is
+answered without parsing it again. Every other request goes to aiohttp
 as before, with its parser's limits and error answers. Not used when a web config
 file is given (basic auth and its middleware see every request).
 """
@@ -29,6 +31,7 @@ _REQUEST = re.compile(
     rb"[ ]*\r\n){0,32})\r\n",
 )
 _FIELD = re.compile(rb"([^:\r\n]+):[ ]*([^\r\n]*?)[ ]*\r\n")
+MAX_KNOWN = 64  # distinct requests remembered (each a scraper's exact bytes)
 _REFUSED = frozenset(
     {b"content-length", b"transfer-encoding", b"connection", b"upgrade", b"expect"}
 )
@@ -44,11 +47,22 @@ class FastMetrics:
     def __init__(self, exposition: Callable[[], tuple[bytes, bytes]]) -> None:
         self.exposition = exposition
         self._cache: dict[bool, tuple[bytes, int, bytes]] = {}  # gzip -> (body, second, answer)
+        self._known: dict[bytes, bool] = {}  # request bytes seen -> gzip, at most MAX_KNOWN
         self.served = 0  # requests answered here (tests and benchmarks read it)
 
     def __call__(self, data: bytes) -> bytes | None:
         """The whole response to ``data`` (one complete request), or None to let aiohttp
         handle it."""
+        gz = self.decide(data)
+        return None if gz is None else self.answer(gz)
+
+    def known(self, data: bytes) -> bool | None:
+        """Whether ``data`` is a request :meth:`decide` answered before (gzip or not):
+        a scraper sends the same bytes every time, so it is parsed once."""
+        return self._known.get(data)
+
+    def decide(self, data: bytes) -> bool | None:
+        """Whether the answer to ``data`` is gzipped; None when it is not for this path."""
         m = _REQUEST.fullmatch(data)
         if m is None:
             return None
@@ -60,10 +74,14 @@ class FastMetrics:
             if lower == b"accept-encoding" and accept is None:
                 accept = value.decode("ascii")
         gz = bool(accept) and wants_gzip(accept)  # type: ignore[arg-type]
-        self.served += 1
-        return self._answer(gz)
+        if len(self._known) >= MAX_KNOWN:  # many different requests: start over
+            self._known.clear()
+        self._known[data] = gz
+        return gz
 
-    def _answer(self, gz: bool) -> bytes:
+    def answer(self, gz: bool) -> bytes:
+        """Status line, headers and the latest body, gzipped or plain."""
+        self.served += 1
         plain, gzipped = self.exposition()
         body = gzipped if gz else plain
         now = int(time.time())

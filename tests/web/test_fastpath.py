@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from exporter.fastpath import FastMetrics
+from exporter.fastpath import MAX_KNOWN, FastMetrics
 from tests.procs import Exporter
 
 IDLE_MS = 1500
@@ -93,3 +93,36 @@ def test_accept_encoding_decides_the_body():
     assert fast(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip;q=0\r\n\r\n").endswith(b"plain")
     assert fast(b"GET /metrics HTTP/1.1\r\naccept-encoding: x-gzip\r\n\r\n").endswith(b"gzip")
     assert fast(b"GET /metrics HTTP/1.1\r\n\r\n").endswith(b"\r\n\r\nplain")
+
+
+def test_requests_are_remembered_within_a_bound():
+    fast = FastMetrics(lambda: (b"plain", b"gzip"))
+    scrape = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n\r\n"
+    assert fast.known(scrape) is None
+    assert fast(scrape).endswith(b"gzip")
+    assert fast.known(scrape) is True  # the next identical request skips the parser
+    assert fast.known(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") is None
+    for i in range(3 * MAX_KNOWN):  # a client varying its requests cannot grow the memory
+        assert fast(b"GET /metrics HTTP/1.1\r\nHost: h%d\r\n\r\n" % i).endswith(b"plain")
+        assert len(fast._known) <= MAX_KNOWN
+    assert fast.served == 1 + 3 * MAX_KNOWN
+
+
+def test_a_remembered_request_split_or_pipelined_goes_the_long_way(node):
+    scrape = b"GET /metrics HTTP/1.1\r\nHost: y\r\n\r\n"
+    with node.connect() as s:
+        s.sendall(scrape)
+        assert _response(s)[1].startswith(b"# HELP")
+        s.sendall(scrape[:10])  # the same request in two pieces
+        time.sleep(0.05)
+        s.sendall(scrape[10:])
+        assert _response(s)[1].startswith(b"# HELP")
+        s.sendall(scrape + scrape)  # two at once: both answered, in order
+        stream = s.makefile("rb")
+        for _ in range(2):
+            assert stream.readline() == b"HTTP/1.1 200 OK\r\n"
+            length = 0
+            while (line := stream.readline()) != b"\r\n":
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            assert stream.read(length).startswith(b"# HELP")
