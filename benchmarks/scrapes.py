@@ -1,5 +1,12 @@
 """Scrape-load runs turned into report rows, and the paired floor comparison.
 
+    python -m benchmarks.scrapes FLEET.yaml [--scrapers 10] [--plain] [--repeats 7]
+                                 [--requests 500] [-- EXPORTER FLAGS...]
+
+runs the floor comparison alone for one configuration (the full suite runs it for
+1, 10 and 50 scrapers, gzip and plain) and prints the row as JSON: the way to
+measure one change to the scrape path at a time.
+
 The floor comparison scrapes gpu-exporter and the floor server
 (benchmarks/floor.py, serving the exporter's own plain and gzip bytes) in
 turn, one run each per repeat, with the same client: both see the same
@@ -9,8 +16,11 @@ machine, kernel and client allow.
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,3 +125,33 @@ def floor_server(work: Path, plain: bytes, gzipped: bytes) -> Iterator[int]:
     with Process(argv, port) as fl:
         fl.wait_http("/metrics", timeout=20)
         yield port
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.scrapes", description=__doc__)
+    p.add_argument("fleet", type=Path, help="fleet YAML file")
+    p.add_argument("--scrapers", type=int, default=10)
+    p.add_argument("--plain", action="store_true", help="no Accept-Encoding: gzip")
+    p.add_argument("--repeats", type=int, default=7, help="runs of each server, in turn")
+    p.add_argument("--requests", type=int, default=500, help="per run")
+    p.add_argument("--interval-ms", type=int, default=1000, help="the exporter's -c")
+    p.add_argument("flags", nargs="*", help="more exporter flags (after --)")
+    a = p.parse_args(argv)
+    from benchmarks.suite import bodies  # the suite imports this module
+
+    work = Path(tempfile.mkdtemp(prefix="gpu-exporter-scrapes-"))
+    with procs.ours(a.fleet, a.interval_ms, work / "exporter.log", a.flags) as ours:
+        ours.wait_http("/ready")
+        time.sleep(3.0)
+        idle = procs.cpu_rate(ours, 5.0)
+        with floor_server(work, *bodies(ours)) as floor_port:
+            load = (a.requests * a.repeats, 2.0, a.repeats)
+            rows, floor = paired(
+                ours.port, floor_port, [(a.scrapers, not a.plain)], load, ours, idle
+            )
+    print(json.dumps({"exporter": rows[0], "floor": floor[0]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -128,7 +128,7 @@ def measure_pods(
             time.sleep(s.settle_s)
             rss = p.rss()
             idle = procs.cpu_rate(p, s.cpu_window_s if scrape else s.scale_cpu_window_s)
-            plain, gzipped = _bodies(p)
+            plain, gzipped = bodies(p)
             if scrape:
                 configs = [(10, True), (10, False)]
                 scrapes = scrape_rows(p.port, configs, s.scale_requests, s.spread_s, 1, p, idle)
@@ -145,7 +145,7 @@ def measure_pods(
     }
 
 
-def _bodies(proc: Process) -> tuple[bytes, bytes]:
+def bodies(proc: Process) -> tuple[bytes, bytes]:
     """The exposition as served: (plain, gzip)."""
     import urllib.request
 
@@ -175,7 +175,7 @@ def measure_process(
         log(f"  {case.name}: scrapes {configs}")
         if target:
             # The floor server takes turns with the exporter: same bytes, client, machine load.
-            plain, gzipped = _bodies(p)
+            plain, gzipped = bodies(p)
             with floor_server(work, plain, gzipped) as floor_port:
                 rows, floor = paired(p.port, floor_port, configs, load, p, idle)
         else:
