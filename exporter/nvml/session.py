@@ -128,20 +128,24 @@ class Session:
                 return None
             raise self._failure(function, e) from None
 
-    def c_call(self, function: str, *args: Any) -> None:
+    def c_call(self, function: str, *args: Any, empty: Collection[int] = ()) -> bool:
         """NVML's C function ``function`` called with ctypes arguments the caller prepared.
 
         For the few calls made hundreds of times a cycle, whose pynvml wrapper
         costs more than the call (it builds and fills a new structure each
         time). pynvml still loads the library and finds the function; a failure
-        is counted and raised exactly as :meth:`run` does.
+        is counted and raised exactly as :meth:`run` does, and for ``empty``
+        codes the answer is False and nothing is counted.
         """
         try:
             ret = N._nvmlGetFunctionPointer(function)(*args)
         except N.NVMLError as e:  # the library is not loaded or lacks the function
             raise self._failure(function, e) from None
-        if ret != N.NVML_SUCCESS:
-            raise self._failure(function, N.NVMLError(ret))
+        if ret == N.NVML_SUCCESS:
+            return True
+        if ret in empty:
+            return False
+        raise self._failure(function, N.NVMLError(ret))
 
     def release(self, function: str, *args: Any) -> None:
         """Free an NVML object, best effort: a failure is neither raised nor counted
