@@ -43,6 +43,7 @@ class Call:
     args: tuple = ()
     fallback: Call | None = None
     system: bool = False  # takes no device handle (nvmlSystemGet*)
+    static: bool = False  # set by the board (VBIOS): read once per device while NVML is up
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,7 @@ for _n, _t in (
     ("GPU_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
     ("MEM_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
 ):
-    _call(f"DCGM_FI_DEV_{_n}", "C", Call("nvmlDeviceGetTemperatureThreshold", (_t,)))
+    _call(f"DCGM_FI_DEV_{_n}", "C", Call("nvmlDeviceGetTemperatureThreshold", (_t,), static=True))
 
 # --- power (mW -> W) and energy (mJ since driver load) ---
 _w = 0.001
@@ -178,7 +179,8 @@ for _n, _c in (
     ("VIDEO", N.NVML_CLOCK_VIDEO),
 ):
     _call(f"DCGM_FI_DEV_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetClockInfo", (_c,)))
-    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetMaxClockInfo", (_c,)))
+    _max = Call("nvmlDeviceGetMaxClockInfo", (_c,), static=True)
+    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", "MHz", _max)
 _reasons = Call(
     "nvmlDeviceGetCurrentClocksEventReasons",
     fallback=Call("nvmlDeviceGetCurrentClocksThrottleReasons"),

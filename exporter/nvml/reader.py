@@ -85,6 +85,7 @@ class FieldReader:
         self._plans: dict[tuple[str, Scope], _Plan] = {}
         self._off: dict[str, set[str]] = {}
         self._prev: dict[tuple[str, str], Sample] = {}  # (device key, field) -> last counter
+        self._static: dict[tuple[str, Call], Any] = {}  # (device key, static call) -> answer
         self.set_fields(fields)
 
     def set_fields(self, fields: Iterable[Field]) -> None:
@@ -100,6 +101,8 @@ class FieldReader:
             self._off.pop(key, None)
             for name in [n for k, n in self._prev if k == key]:
                 del self._prev[(key, name)]
+            for call in [c for k, c in self._static if k == key]:
+                del self._static[(key, call)]
             for scope in Scope:
                 self._plans.pop((key, scope), None)
 
@@ -149,13 +152,17 @@ class FieldReader:
         if plan.ids:
             self._batch(dev, plan, out)
         for call, fields in plan.calls.items():
-            try:
-                raw = self.session.call(call, dev.handle)
-            except Unavailable as e:
-                self._disable(dev, fields, str(e))
-                continue
-            except CallFailed:
-                continue  # counted by the session; try again next cycle
+            raw = self._static.get((dev.key, call)) if call.static else None
+            if raw is None:
+                try:
+                    raw = self.session.call(call, dev.handle)
+                except Unavailable as e:
+                    self._disable(dev, fields, str(e))
+                    continue
+                except CallFailed:
+                    continue  # counted by the session; try again next cycle
+                if call.static:
+                    self._static[(dev.key, call)] = raw
             for f in fields:
                 try:
                     out[f.name] = f.convert(f.pick(raw) if f.pick else raw)

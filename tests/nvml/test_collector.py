@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.accounting import instrument
 from exporter import sim
 from exporter.catalog import load, parse
 from exporter.collector import Collector
@@ -230,3 +231,22 @@ def test_gpm_metrics_follow_a_metrics_file_reload(node):
     for d in h100:
         prof = {n for n in snap.values[d.key] if n.startswith("DCGM_FI_PROF_")}
         assert prof == {"DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE"}
+
+
+def test_board_limits_read_once_per_device_and_again_after_a_driver_reload(node):
+    driver, col, clock = node
+    first = cycle(col, clock)
+    calls = instrument(driver).calls
+    steady = cycle(col, clock)
+    assert calls["nvmlDeviceGetTemperatureThreshold"] == 0
+    assert calls["nvmlDeviceGetMaxMigDeviceCount"] == 0
+    assert calls["nvmlDeviceGetClockInfo"] > 0  # what moves is still read every cycle
+    assert by_gpu(steady, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")
+    assert len(by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")) == 8
+    driver.inject(Fault("driver_unloaded", duration=1.5))
+    snap = cycle(col, clock, 2.0)
+    while not snap.ok:
+        snap = cycle(col, clock, 2.0)
+    assert calls["nvmlDeviceGetTemperatureThreshold"] == 2 * 8  # slowdown and shutdown, per GPU
+    assert calls["nvmlDeviceGetMaxMigDeviceCount"] > 0
+    assert by_gpu(snap, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")
