@@ -23,7 +23,6 @@ from exporter.nvml.session import CallFailed, DeviceLost, DriverGone, Session, U
 log = logging.getLogger(__name__)
 
 _GAP = frozenset({N.NVML_ERROR_NOT_FOUND})
-_UUID = Call("nvmlDeviceGetUUID")
 _MIG_MODE = Call("nvmlDeviceGetMigMode")
 _MAX_MIG = Call("nvmlDeviceGetMaxMigDeviceCount")
 
@@ -95,6 +94,8 @@ class Enumerator:
         self._mig: dict[str, Device] = {}  # MIG UUID -> instance
         self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
         self._mig_slots: dict[str, int] = {}  # GPU UUID -> nvmlDeviceGetMaxMigDeviceCount
+        self._uuid_buf = ctypes.create_string_buffer(N.NVML_DEVICE_UUID_V2_BUFFER_SIZE)
+        self._uuid_len = ctypes.c_uint(N.NVML_DEVICE_UUID_V2_BUFFER_SIZE)
 
     def set_label_fields(self, fields: Iterable[Field]) -> None:
         """Label fields to read from now on; identities are read again if they changed."""
@@ -209,9 +210,15 @@ class Enumerator:
                 log.debug("MIG device %d of GPU %d skipped: %s", j, gpu.index, e)
         return out
 
+    def _mig_uuid(self, handle: Any) -> str:
+        """A MIG device's UUID, asked every cycle: what pynvml's nvmlDeviceGetUUID passes,
+        into a buffer kept for it (UUIDs are ASCII)."""
+        self.session.c_call("nvmlDeviceGetUUID", handle, self._uuid_buf, self._uuid_len)
+        return self._uuid_buf.value.decode()
+
     def _instance(self, gpu: Device, handle: Any) -> Device:
         s = self.session
-        key = _text(s.call(_UUID, handle))
+        key = self._mig_uuid(handle)
         known = self._mig.get(key)
         if known is not None and known.parent is gpu:
             return known

@@ -9,6 +9,7 @@ metrics.csv plus its row here.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -126,12 +127,14 @@ _mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDe
 
 
 def _mib_of(attr: str) -> Callable[[Any], int]:
-    return lambda m: getattr(m, attr) // MIB
+    # the ctypes field itself: pynvml's __getattribute__ only decodes bytes, and these
+    # are read for every MIG instance every cycle
+    get = ctypes.Structure.__getattribute__
+    return lambda m: get(m, attr) // MIB
 
 
-for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used")):
+for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used"), ("RESERVED", "reserved")):
     _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, _mib_of(_attr), scope=INST)
-_call("DCGM_FI_DEV_FB_RESERVED", "MiB", _mem, lambda m: m.reserved // MIB, scope=INST)
 
 # --- temperature (C) ---
 _call(
