@@ -74,7 +74,7 @@ class Collector:
         """
         fields = with_inputs(m.field for m in catalog.metrics)
         self.reader.set_fields(fields)
-        self.gpm.fields = [f for f in fields if f.source is Source.GPM]
+        self.gpm.set_fields(fields)
         self.enumerator.set_label_fields([m.field for m in catalog.labels])
         self._start_watchers(fields)
 

@@ -23,6 +23,8 @@ from exporter.nvml.session import CallFailed, DeviceLost, DriverGone, Session, U
 log = logging.getLogger(__name__)
 
 _GAP = frozenset({N.NVML_ERROR_NOT_FOUND})
+_MIG_MODE = Call("nvmlDeviceGetMigMode")
+_MAX_MIG = Call("nvmlDeviceGetMaxMigDeviceCount")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -91,6 +93,9 @@ class Enumerator:
         self._known: dict[int, Device] = {}  # handle address -> GPU
         self._mig: dict[str, Device] = {}  # MIG UUID -> instance
         self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
+        self._mig_slots: dict[str, int] = {}  # GPU UUID -> nvmlDeviceGetMaxMigDeviceCount
+        self._uuid_buf = ctypes.create_string_buffer(N.NVML_DEVICE_UUID_V2_BUFFER_SIZE)
+        self._uuid_len = ctypes.c_uint(N.NVML_DEVICE_UUID_V2_BUFFER_SIZE)
 
     def set_label_fields(self, fields: Iterable[Field]) -> None:
         """Label fields to read from now on; identities are read again if they changed."""
@@ -103,6 +108,7 @@ class Enumerator:
         """Forget handles (after NVML was re-initialised, old handles are invalid)."""
         self._known.clear()
         self._mig.clear()
+        self._mig_slots.clear()
 
     def enumerate(self) -> Inventory:
         """One enumeration pass; raises :class:`DriverGone` if NVML is unusable."""
@@ -182,12 +188,16 @@ class Enumerator:
         """MIG instances of a GPU in MIG mode, or None when MIG is off or unsupported."""
         s = self.session
         try:
-            current, _pending = s.call(Call("nvmlDeviceGetMigMode"), gpu.handle)
+            current, _pending = s.call(_MIG_MODE, gpu.handle)
         except Unavailable:
             return None
         if current != N.NVML_DEVICE_MIG_ENABLE:
             return None
-        limit = s.call(Call("nvmlDeviceGetMaxMigDeviceCount"), gpu.handle)
+        limit = self._mig_slots.get(gpu.key)
+        if limit is None:  # the board's number of MIG slots: asked once per GPU
+            limit = s.call(_MAX_MIG, gpu.handle)
+            if limit:
+                self._mig_slots[gpu.key] = limit
         out = []
         for j in range(limit):
             # NVML leaves gaps in the MIG device index space (NOT_FOUND)
@@ -200,9 +210,15 @@ class Enumerator:
                 log.debug("MIG device %d of GPU %d skipped: %s", j, gpu.index, e)
         return out
 
+    def _mig_uuid(self, handle: Any) -> str:
+        """A MIG device's UUID, asked every cycle: what pynvml's nvmlDeviceGetUUID passes,
+        into a buffer kept for it (UUIDs are ASCII)."""
+        self.session.c_call("nvmlDeviceGetUUID", handle, self._uuid_buf, self._uuid_len)
+        return self._uuid_buf.value.decode()
+
     def _instance(self, gpu: Device, handle: Any) -> Device:
         s = self.session
-        key = _text(s.call(Call("nvmlDeviceGetUUID"), handle))
+        key = self._mig_uuid(handle)
         known = self._mig.get(key)
         if known is not None and known.parent is gpu:
             return known

@@ -9,6 +9,7 @@ metrics.csv plus its row here.
 
 from __future__ import annotations
 
+import ctypes
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class Call:
     args: tuple = ()
     fallback: Call | None = None
     system: bool = False  # takes no device handle (nvmlSystemGet*)
+    static: bool = False  # set by the board (VBIOS): read once per device while NVML is up
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +127,14 @@ _mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDe
 
 
 def _mib_of(attr: str) -> Callable[[Any], int]:
-    return lambda m: getattr(m, attr) // MIB
+    # the ctypes field itself: pynvml's __getattribute__ only decodes bytes, and these
+    # are read for every MIG instance every cycle
+    get = ctypes.Structure.__getattribute__
+    return lambda m: get(m, attr) // MIB
 
 
-for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used")):
+for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used"), ("RESERVED", "reserved")):
     _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, _mib_of(_attr), scope=INST)
-_call("DCGM_FI_DEV_FB_RESERVED", "MiB", _mem, lambda m: m.reserved // MIB, scope=INST)
 
 # --- temperature (C) ---
 _call(
@@ -149,7 +153,7 @@ for _n, _t in (
     ("GPU_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
     ("MEM_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
 ):
-    _call(f"DCGM_FI_DEV_{_n}", "C", Call("nvmlDeviceGetTemperatureThreshold", (_t,)))
+    _call(f"DCGM_FI_DEV_{_n}", "C", Call("nvmlDeviceGetTemperatureThreshold", (_t,), static=True))
 
 # --- power (mW -> W) and energy (mJ since driver load) ---
 _w = 0.001
@@ -178,7 +182,8 @@ for _n, _c in (
     ("VIDEO", N.NVML_CLOCK_VIDEO),
 ):
     _call(f"DCGM_FI_DEV_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetClockInfo", (_c,)))
-    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetMaxClockInfo", (_c,)))
+    _max = Call("nvmlDeviceGetMaxClockInfo", (_c,), static=True)
+    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", "MHz", _max)
 _reasons = Call(
     "nvmlDeviceGetCurrentClocksEventReasons",
     fallback=Call("nvmlDeviceGetCurrentClocksThrottleReasons"),

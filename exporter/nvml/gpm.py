@@ -10,7 +10,9 @@ values are in that same cycle.
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import struct
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -23,6 +25,8 @@ from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable
 log = logging.getLogger(__name__)
 
 MIN_GAP_S = 0.1  # NVML needs samples at least this far apart
+_METRICS = N.c_nvmlGpmMetricsGet_t.metrics.offset
+_RET, _VALUE = N.c_nvmlGpmMetric_t.nvmlReturn, N.c_nvmlGpmMetric_t.value
 _TOO_CLOSE = frozenset({N.NVML_ERROR_INVALID_ARGUMENT})  # samples too close together
 
 
@@ -50,12 +54,19 @@ class GpmReader:
 
     def __init__(self, session: Session, fields: Iterable[Field]) -> None:
         self.session = session
-        self.fields = [f for f in fields if f.source is Source.GPM]
+        self.fields: list[Field] = []
         self._support: dict[str, bool] = {}  # physical GPU UUID -> GPM supported
         self._state: dict[str, _State] = {}
         self._req: N.c_nvmlGpmMetricsGet_t | None = None
-        self._entries: list[tuple[Field, object]] = []  # (field, its req.metrics[i])
+        self._entries: list[tuple[str, float, Field]] = []  # (name, scale, field) per metric
+        self._unpack = struct.Struct("")
         self.sleep: Callable[[float], None] = time.sleep  # waits between priming samples
+        self.set_fields(fields)
+
+    def set_fields(self, fields: Iterable[Field]) -> None:
+        """Read these fields' GPM metrics from the next read on (a metrics-file reload)."""
+        self.fields = [f for f in fields if f.source is Source.GPM]
+        self._req = None
 
     def supported(self, gpu: Device) -> bool:
         """Whether the physical GPU supports GPM (asked once per GPU)."""
@@ -114,10 +125,11 @@ class GpmReader:
             return False
 
     def _sample(self, dev: Device, sample: object) -> None:
+        # The arguments pynvml's nvmlGpmMigSampleGet / nvmlGpmSampleGet pass, without the wrapper.
         if dev.parent is not None:
-            self.session.run("nvmlGpmMigSampleGet", dev.parent.handle, dev.gi, sample)
+            self.session.c_call("nvmlGpmMigSampleGet", dev.parent.handle, dev.gi, sample)
         else:
-            self.session.run("nvmlGpmSampleGet", dev.handle, sample)
+            self.session.c_call("nvmlGpmSampleGet", dev.handle, sample)
 
     def read(self, dev: Device, now: float) -> dict[str, float]:
         """Sample ``dev`` and return metrics against its previous sample ({} on the first)."""
@@ -160,8 +172,12 @@ class GpmReader:
             req.numMetrics = len(self.fields)
             for i, f in enumerate(self.fields):
                 req.metrics[i].metricId = f.gpm_metric
-            # The entries are views into req's buffer, kept so each read is one lookup.
-            self._entries = [(f, req.metrics[i]) for i, f in enumerate(self.fields)]
+            self._entries = [(f.name, f.scale, f) for f in self.fields]
+            # Each metric's (nvmlReturn, value), unpacked from the request's buffer in one go.
+            size = ctypes.sizeof(N.c_nvmlGpmMetric_t)
+            gap = _VALUE.offset - _RET.offset - 4
+            one = f"{_RET.offset}xI{gap}xd{size - _VALUE.offset - 8}x"
+            self._unpack = struct.Struct("<" + one * len(self.fields))
             self._req = req
         return self._req
 
@@ -170,18 +186,22 @@ class GpmReader:
         the driver finds it too close (a clock that did not move during the wait), the
         values come next cycle and nothing is counted."""
         req = self._request()
-        req.sample1 = st.spare  # older sample
-        req.sample2 = st.prev
+        put = ctypes.Structure.__setattr__  # past pynvml's wrapper, which only encodes str
+        put(req, "sample1", st.spare)  # older sample
+        put(req, "sample2", st.prev)
         try:
-            got = self.session.run("nvmlGpmMetricsGet", req, empty=_TOO_CLOSE if quiet else ())
+            got = self.session.c_call(
+                "nvmlGpmMetricsGet", ctypes.byref(req), empty=_TOO_CLOSE if quiet else ()
+            )
         except NvmlProblem as e:
             return self._failed(e)
-        if got is None:
+        if not got:
             return {}
         out = {}
-        get = object.__getattribute__  # the raw ctypes fields, past pynvml's wrapper
+        raw = self._unpack.unpack_from(req, _METRICS)
         ok = N.NVML_SUCCESS
-        for f, m in self._entries:
-            if get(m, "nvmlReturn") == ok:
-                out[f.name] = f.convert(get(m, "value"))
+        for (name, scale, f), ret, value in zip(self._entries, raw[::2], raw[1::2], strict=True):
+            if ret == ok:
+                # f.convert for the ratios and rates GPM gives (float, scaled), inline
+                out[name] = value * scale if not f.integer and scale != 1.0 else f.convert(value)
         return out

@@ -8,6 +8,7 @@ device cannot serve is logged once and never asked for again on that device.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -34,10 +35,35 @@ _READ = {
 }
 
 
+class _Request:
+    """The arguments of one device's ``nvmlDeviceGetFieldValues``, built once per plan.
+
+    pynvml's wrapper builds the array and sets each (fieldId, scopeId) through
+    its structure wrapper on every call; here the array is filled once, and
+    copied back to that state before each call, so NVML sees what pynvml's
+    fresh array would hold.
+    """
+
+    __slots__ = ("args", "blank", "values")
+
+    def __init__(self, ids: Sequence[tuple[int, int]]) -> None:
+        values = (N.c_nvmlFieldValue_t * len(ids))()
+        for entry, (fid, scope) in zip(values, ids, strict=True):
+            entry.fieldId, entry.scopeId = fid, scope
+        self.values = values
+        self.blank = bytes(values)
+        self.args = (ctypes.c_int32(len(ids)), ctypes.byref(values))
+
+    def reset(self) -> Any:
+        """The array, as first built (NVML overwrites it)."""
+        ctypes.memmove(self.values, self.blank, len(self.blank))
+        return self.values
+
+
 class _Plan:
     """What to ask one device for: the batch ids and the calls, minus what it lacks."""
 
-    __slots__ = ("batch", "calls", "ids")
+    __slots__ = ("batch", "calls", "ids", "request")
 
     def __init__(self, fields: Iterable[Field]) -> None:
         self.batch: list[Field] = []
@@ -48,6 +74,7 @@ class _Plan:
             elif f.source is Source.CALL and f.call is not None:
                 self.calls.setdefault(f.call, []).append(f)
         self.ids = [fid for f in self.batch for fid in f.field_ids]
+        self.request = _Request(self.ids) if self.ids else None
 
 
 class FieldReader:
@@ -58,6 +85,7 @@ class FieldReader:
         self._plans: dict[tuple[str, Scope], _Plan] = {}
         self._off: dict[str, set[str]] = {}
         self._prev: dict[tuple[str, str], Sample] = {}  # (device key, field) -> last counter
+        self._static: dict[tuple[str, Call], Any] = {}  # (device key, static call) -> answer
         self.set_fields(fields)
 
     def set_fields(self, fields: Iterable[Field]) -> None:
@@ -73,6 +101,8 @@ class FieldReader:
             self._off.pop(key, None)
             for name in [n for k, n in self._prev if k == key]:
                 del self._prev[(key, name)]
+            for call in [c for k, c in self._static if k == key]:
+                del self._static[(key, call)]
             for scope in Scope:
                 self._plans.pop((key, scope), None)
 
@@ -122,13 +152,17 @@ class FieldReader:
         if plan.ids:
             self._batch(dev, plan, out)
         for call, fields in plan.calls.items():
-            try:
-                raw = self.session.call(call, dev.handle)
-            except Unavailable as e:
-                self._disable(dev, fields, str(e))
-                continue
-            except CallFailed:
-                continue  # counted by the session; try again next cycle
+            raw = self._static.get((dev.key, call)) if call.static else None
+            if raw is None:
+                try:
+                    raw = self.session.call(call, dev.handle)
+                except Unavailable as e:
+                    self._disable(dev, fields, str(e))
+                    continue
+                except CallFailed:
+                    continue  # counted by the session; try again next cycle
+                if call.static:
+                    self._static[(dev.key, call)] = raw
             for f in fields:
                 try:
                     out[f.name] = f.convert(f.pick(raw) if f.pick else raw)
@@ -137,8 +171,11 @@ class FieldReader:
         return out
 
     def _batch(self, dev: Device, plan: _Plan, out: dict[str, Value]) -> None:
+        req = plan.request
+        assert req is not None
+        values = req.reset()
         try:
-            values = self.session.run("nvmlDeviceGetFieldValues", dev.handle, plan.ids)
+            self.session.c_call("nvmlDeviceGetFieldValues", dev.handle, *req.args)
         except Unavailable as err:
             self._disable(dev, plan.batch, str(err))
             return

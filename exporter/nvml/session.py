@@ -1,7 +1,8 @@
 """The one choke point for NVML calls: init, shutdown, and errors turned into outcomes.
 
-Every pynvml call goes through :meth:`Session.call` (a field's :class:`Call`) or
-:meth:`Session.run` (any other function), which count failures by function and
+Every pynvml call goes through :meth:`Session.call` (a field's :class:`Call`),
+:meth:`Session.run` (any other function) or :meth:`Session.c_call` (the C
+function with prepared arguments, for the hottest calls), which count failures by function and
 code (``gpu_exporter_nvml_errors_total``) and map NVML's error codes to the
 things a caller acts on, all :class:`NvmlProblem`: the value is absent on this
 device (:class:`Unavailable`), the device is gone (:class:`DeviceLost`), the
@@ -126,6 +127,25 @@ class Session:
             if e.value in empty:
                 return None
             raise self._failure(function, e) from None
+
+    def c_call(self, function: str, *args: Any, empty: Collection[int] = ()) -> bool:
+        """NVML's C function ``function`` called with ctypes arguments the caller prepared.
+
+        For the few calls made hundreds of times a cycle, whose pynvml wrapper
+        costs more than the call (it builds and fills a new structure each
+        time). pynvml still loads the library and finds the function; a failure
+        is counted and raised exactly as :meth:`run` does, and for ``empty``
+        codes the answer is False and nothing is counted.
+        """
+        try:
+            ret = N._nvmlGetFunctionPointer(function)(*args)
+        except N.NVMLError as e:  # the library is not loaded or lacks the function
+            raise self._failure(function, e) from None
+        if ret == N.NVML_SUCCESS:
+            return True
+        if ret in empty:
+            return False
+        raise self._failure(function, N.NVMLError(ret))
 
     def release(self, function: str, *args: Any) -> None:
         """Free an NVML object, best effort: a failure is neither raised nor counted

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.accounting import instrument
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog import load, parse
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
 from exporter.exposition.build import Builder
@@ -212,3 +213,40 @@ def test_gpm_prof_fields_right_after_a_mig_change(node):
     after = [d for d in snap.entities if d.is_mig and d.index == 6]
     assert [d.profile for d in after] == ["7g.80gb"]
     assert "DCGM_FI_PROF_SM_ACTIVE" in snap.values[after[0].key]
+
+
+def test_gpm_metrics_follow_a_metrics_file_reload(node):
+    _driver, col, clock = node
+    col.gpm.sleep = clock.advance
+    cycle(col, clock)
+    fewer = parse(
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature.\n"
+        "DCGM_FI_PROF_DRAM_ACTIVE, gauge, memory interface busy.\n"
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE, gauge, fp64 pipe busy.\n"
+    )
+    col.set_catalog(fewer)
+    snap = cycle(col, clock)
+    h100 = [d for d in snap.entities if d.model.startswith("NVIDIA H100")]
+    assert h100
+    for d in h100:
+        prof = {n for n in snap.values[d.key] if n.startswith("DCGM_FI_PROF_")}
+        assert prof == {"DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE"}
+
+
+def test_board_limits_read_once_per_device_and_again_after_a_driver_reload(node):
+    driver, col, clock = node
+    first = cycle(col, clock)
+    calls = instrument(driver).calls
+    steady = cycle(col, clock)
+    assert calls["nvmlDeviceGetTemperatureThreshold"] == 0
+    assert calls["nvmlDeviceGetMaxMigDeviceCount"] == 0
+    assert calls["nvmlDeviceGetClockInfo"] > 0  # what moves is still read every cycle
+    assert by_gpu(steady, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")
+    assert len(by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")) == 8
+    driver.inject(Fault("driver_unloaded", duration=1.5))
+    snap = cycle(col, clock, 2.0)
+    while not snap.ok:
+        snap = cycle(col, clock, 2.0)
+    assert calls["nvmlDeviceGetTemperatureThreshold"] == 2 * 8  # slowdown and shutdown, per GPU
+    assert calls["nvmlDeviceGetMaxMigDeviceCount"] > 0
+    assert by_gpu(snap, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import pynvml
@@ -96,3 +97,43 @@ def test_release_neither_raises_nor_counts(node):
     driver.inject(sim.Fault("driver_unloaded", duration=60))
     session.release("nvmlGpmSampleFree", sample)
     assert _counts(session) == {}
+
+
+def test_a_c_call_fails_as_the_pynvml_call_does(node):
+    driver, session = node
+    h100, t4 = (session.run("nvmlDeviceGetHandleByIndex", i) for i in (0, 4))
+    temp = ctypes.c_uint()
+    assert session.c_call("nvmlDeviceGetTemperature", h100, 0, ctypes.byref(temp))
+    assert temp.value == session.run("nvmlDeviceGetTemperature", h100, 0)
+    mode, pending = ctypes.c_uint(), ctypes.c_uint()
+    with pytest.raises(Unavailable) as got:
+        session.c_call("nvmlDeviceGetMigMode", t4, ctypes.byref(mode), ctypes.byref(pending))
+    assert (got.value.function, got.value.code) == (
+        "nvmlDeviceGetMigMode",
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+    )
+    with pytest.raises(Unavailable):  # the driver lacks the function
+        session.c_call("nvmlDeviceGetNoSuchThing", h100)
+    gap = frozenset({pynvml.NVML_ERROR_NOT_FOUND})
+    h100_mig = session.run("nvmlDeviceGetHandleByIndex", 1)  # three MIG devices of seven
+    handle = pynvml.c_nvmlDevice_t()
+    found = [
+        session.c_call(
+            "nvmlDeviceGetMigDeviceHandleByIndex", h100_mig, j, ctypes.byref(handle), empty=gap
+        )
+        for j in range(7)
+    ]
+    assert sum(found) == 3
+    driver.inject(sim.Fault("lost", gpu=0))
+    with pytest.raises(DeviceLost):
+        session.c_call("nvmlDeviceGetTemperature", h100, 0, ctypes.byref(temp))
+    driver.inject(sim.Fault("driver_unloaded", duration=60))
+    with pytest.raises(DriverGone):
+        session.c_call("nvmlDeviceGetCount_v2", ctypes.byref(temp))
+    assert not session.up
+    assert _counts(session) == {
+        ("nvmlDeviceGetMigMode", "NOT_SUPPORTED"): 1,
+        ("nvmlDeviceGetNoSuchThing", "FUNCTION_NOT_FOUND"): 1,
+        ("nvmlDeviceGetTemperature", "GPU_IS_LOST"): 1,
+        ("nvmlDeviceGetCount_v2", "DRIVER_NOT_LOADED"): 1,
+    }

@@ -10,7 +10,7 @@ import pytest
 
 from exporter.catalog import load
 from exporter.config import default_metrics_file
-from exporter.exposition import dcgm, text
+from exporter.exposition import build, dcgm, text
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.xid import XidCounter
@@ -257,6 +257,20 @@ def test_exposition_gzip_holds_the_same_bytes():
     e = Exposition.of("a 1\n")
     assert gzip.decompress(e.gzipped) == e.plain == b"a 1\n"
     assert Exposition.of("a 1\n").gzipped == e.gzipped  # no timestamp in the header
+
+
+def test_exposition_gzip_of_a_whole_node():
+    body = (Path(__file__).parents[1] / "golden" / "mixed-node.prom").read_text()
+    e = Exposition.of(body)
+    assert gzip.decompress(e.gzipped) == body.encode()
+    assert e.gzipped[:4] == b"\x1f\x8b\x08\x00"  # gzip, deflate, no file name
+    assert e.gzipped[4:8] == bytes(4)  # no timestamp
+    assert len(e.gzipped) < len(body) / 10
+
+
+def test_exposition_gzip_uses_isal_where_installed():
+    isal_zlib = pytest.importorskip("isal.isal_zlib", reason="isal not installed: pip install -e .")
+    assert build._COMPRESS is isal_zlib.compress
 
 
 def test_build_serves_dcgm_then_self_metrics():
