@@ -1,9 +1,11 @@
 """Client of the kubelet pod-resources API v1 over its unix socket (grpc.aio).
 
-One channel, reused across calls; every call has a deadline. Failures become
-:class:`KubeletUnavailable` with a reason a person can act on; the mapper
-decides when to retry. grpc is imported here only, so an exporter without
-``--kubernetes`` never loads it.
+One channel, reused across calls; every call has a deadline. ``List`` hands
+back the answer's bytes as they came, so that the mapper can tell an unchanged
+answer from its bytes and parse only a new one (:func:`parse`). Failures
+become :class:`KubeletUnavailable` with a reason a person can act on; the
+mapper decides when to retry. grpc is imported here only, so an exporter
+without ``--kubernetes`` never loads it.
 """
 
 from __future__ import annotations
@@ -12,17 +14,20 @@ import logging
 import os
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from exporter.config import DEFAULT_SOCKET
 from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.generated import podresources_pb2_grpc as pb_grpc
 from exporter.kube.limits import MAX_MESSAGE_BYTES
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
+LIST = "/v1.PodResourcesLister/List"
+EMPTY_REQUEST = b""  # ListPodResourcesRequest has no fields: its encoding is empty
+INVALID = "kubelet List answer is not a valid List response"
 
-# grpc logs an answer it cannot decode at ERROR with a traceback, once per List: a broken
-# kubelet would put a traceback in the log every cycle. The mapper reports the failure
-# itself, rate-limited ("kubelet List answer is not a valid List response").
+# grpc logs an answer it cannot decode at ERROR with a traceback, once per call: a broken
+# kubelet would put one in the log every cycle. This client decodes the answers itself
+# (parse), and the mapper reports a bad one, rate-limited; the line stays off all the same.
 logging.getLogger("grpc._common").setLevel(logging.CRITICAL)
 
 
@@ -42,10 +47,10 @@ class PodResourcesClient:
         self.socket_path = socket_path
         self.timeout_s = timeout_s
         self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.PodResourcesListerStub | None = None
+        self._list: grpc.aio.UnaryUnaryMultiCallable | None = None
 
-    def _connect(self) -> pb_grpc.PodResourcesListerStub:
-        if self._stub is None:
+    def _connect(self) -> grpc.aio.UnaryUnaryMultiCallable:
+        if self._list is None:
             self._channel = grpc.aio.insecure_channel(
                 f"unix://{self.socket_path}",
                 options=[
@@ -55,17 +60,23 @@ class PodResourcesClient:
                     ("grpc.max_receive_message_length", MAX_MESSAGE),
                 ],
             )
-            self._stub = pb_grpc.PodResourcesListerStub(self._channel)
-        return self._stub
+            # no (de)serializers: bytes out, the answer's bytes back
+            self._list = self._channel.unary_unary(LIST)
+        return self._list
 
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()
         self._channel = None
-        self._stub = None
+        self._list = None
 
     async def list(self) -> pb.ListPodResourcesResponse:
         """Every pod's resources on this node; raises KubeletUnavailable."""
+        return parse(await self.list_bytes())
+
+    async def list_bytes(self) -> bytes:
+        """The kubelet's ``List`` answer, encoded as it came (at most ``MAX_MESSAGE``
+        bytes); raises KubeletUnavailable."""
         if not os.path.exists(self.socket_path):
             await self.close()
             raise KubeletUnavailable(
@@ -73,14 +84,14 @@ class PodResourcesClient:
                 "directory or set --pod-resources-kubelet-socket",
                 missing=True,
             )
-        stub = self._connect()
+        call = self._connect()
         try:
-            resp = await stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout_s)
+            raw = await call(EMPTY_REQUEST, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as e:
             raise await self._unavailable(e) from None
-        if resp is None:  # grpc.aio hands back None when the answer does not parse
-            raise KubeletUnavailable("kubelet List answer is not a valid List response")
-        return resp
+        if not isinstance(raw, bytes):  # no answer message at all
+            raise KubeletUnavailable(INVALID)
+        return raw
 
     async def _unavailable(self, e: grpc.aio.AioRpcError) -> KubeletUnavailable:
         code = e.code()
@@ -96,3 +107,12 @@ class PodResourcesClient:
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             await self.close()  # a restarted kubelet: dial again next time
         return KubeletUnavailable(f"kubelet List failed: {code.name}: {details}")
+
+
+def parse(raw: bytes) -> pb.ListPodResourcesResponse:
+    """A ``List`` answer's bytes as the message; raises KubeletUnavailable when they
+    do not decode."""
+    try:
+        return pb.ListPodResourcesResponse.FromString(raw)
+    except DecodeError:
+        raise KubeletUnavailable(INVALID) from None
