@@ -10,15 +10,42 @@ without ``--kubernetes`` never loads it.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import re
+from pathlib import Path
 
-import grpc
-from google.protobuf.message import DecodeError
+LEGACY_CLIENT = "-event_engine_client"
+"""grpc's client on its older I/O manager: on the kubelet's unix socket at one ``List`` a
+second, it costs about half the CPU of the EventEngine client, whose thread pool wakes up
+around every call (docs/benchmarks.md, "Issue 16, fourth pass")."""
 
-from exporter.config import DEFAULT_SOCKET
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.limits import MAX_MESSAGE_BYTES
+
+def _grpc_version() -> tuple[int, int]:
+    """(major, minor) of the installed grpcio, read without importing it; (0, 0) if unknown."""
+    spec = importlib.util.find_spec("grpc")
+    if spec is None or spec.origin is None:
+        return (0, 0)
+    try:
+        text = (Path(spec.origin).parent / "_grpcio_metadata.py").read_text()
+    except OSError:
+        return (0, 0)
+    m = re.search(r"(\d+)\.(\d+)\.", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+# Only where measured (a grpc that no longer knows the experiment logs an error line), only
+# before grpc is first imported, and never over the user's own GRPC_EXPERIMENTS.
+if (1, 85) <= _grpc_version() < (1, 86):
+    os.environ.setdefault("GRPC_EXPERIMENTS", LEGACY_CLIENT)
+
+import grpc  # noqa: E402
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]  # noqa: E402
+
+from exporter.config import DEFAULT_SOCKET  # noqa: E402
+from exporter.kube.generated import podresources_pb2 as pb  # noqa: E402
+from exporter.kube.limits import MAX_MESSAGE_BYTES  # noqa: E402
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
 LIST = "/v1.PodResourcesLister/List"
@@ -58,6 +85,12 @@ class PodResourcesClient:
                     # like Kubernetes' own clients, expects localhost
                     ("grpc.default_authority", "localhost"),
                     ("grpc.max_receive_message_length", MAX_MESSAGE),
+                    # Two per-call costs a small answer on a local socket gains nothing from
+                    # (each about a fifth of grpc's CPU per List here): bandwidth probes (PINGs
+                    # after the data, to size flow-control windows for fast links), and
+                    # retry bookkeeping (a failed List is asked again next cycle anyway).
+                    ("grpc.http2.bdp_probe", 0),
+                    ("grpc.enable_retries", 0),
                 ],
             )
             # no (de)serializers: bytes out, the answer's bytes back
