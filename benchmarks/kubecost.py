@@ -5,7 +5,7 @@
 
 Process part: gpu-exporter runs as a user starts it (benchmarks/procs.py), once
 without ``-k`` and once with ``-k`` against benchmarks/kubelet.py listing
-``--pods`` pods, in turn ``--runs`` times. After ready and a settle, the CPU of
+``--pods`` pods, in turn ``--runs`` times. After ready and ``--settle`` s, the CPU of
 each thread is read from /proc/PID/task/* at the start and the end of a
 ``--window`` s window, and reported in ms per collection cycle (the window
 divided by the interval), per thread group: ``main`` (the event loop),
@@ -39,7 +39,6 @@ from typing import Any
 
 from benchmarks import churn, pods, procs
 
-SETTLE_S = 5.0
 PYTHON_COMMS = ("python", "python3", "asyncio_", "nvml_", "loop_")
 
 
@@ -103,6 +102,7 @@ def measure_process(
     sock: Path | None,
     work: Path,
     env: dict[str, str] | None = None,
+    settle_s: float = 5.0,
 ) -> dict[str, Any]:
     """One exporter process (as procs.ours starts it, ``env`` added to its environment),
     with ``-k`` against ``sock`` when given; ms per cycle."""
@@ -111,7 +111,7 @@ def measure_process(
     env = {"NODE_NAME": "bench-node", **(env or {})}
     with procs.Exporter(*flags, fleet=fleet, env=env, log=work / "exporter.log") as p:
         p.wait_http("/ready")
-        time.sleep(SETTLE_S)
+        time.sleep(settle_s)
         w = window(p.pid, seconds)
         rss = p.rss()
         attributed = churn._attributed(p.get("/metrics")[2])
@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=60)
     p.add_argument("--interval-ms", type=int, default=1000)
     p.add_argument("--window", type=float, default=60.0, help="seconds of CPU accounting")
+    p.add_argument("--settle", type=float, default=5.0, help="seconds after ready, first")
     p.add_argument("--runs", type=int, default=1, help="without and with -k, in turn")
     p.add_argument("--calls", type=int, default=2000, help="in-process List calls (0: none)")
     p.add_argument("--no-plain", action="store_true", help="only the -k process")
@@ -205,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for _ in range(a.runs):
                 for s in (sock,) if a.no_plain else (None, sock):
-                    runs.append(measure_process(a.fleet, a.interval_ms, a.window, s, work, env))
+                    runs.append(
+                        measure_process(a.fleet, a.interval_ms, a.window, s, work, env, a.settle)
+                    )
             out["processes"] = runs
     json.dump(out, sys.stdout, indent=1)
     print()
