@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from exporter.kube import ids, limits
 from exporter.kube.limits import Drops
-from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
+from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient, parse
 from exporter.nvml.devices import Device
 from exporter.ratelimit import RateLimitedLog
 
@@ -104,6 +104,7 @@ class Mapper:
         self.refreshes = 0
         self.rebuilds = 0  # refreshes that built the map (the others reused the last one)
         self._seen: tuple[bytes, tuple[Any, ...]] | None = None  # (answer digest, devices)
+        self._devs: tuple[tuple[Device, ...], tuple[Any, ...]] = ((), ())  # (objects, fields)
         self._counted: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
         self._used_slices = False  # the last build looked DRA devices up in ResourceSlices
 
@@ -117,14 +118,17 @@ class Mapper:
         if now < self._retry_at:
             return
         try:
-            resp = await self.client.list()
+            raw = await self.client.list_bytes()
         except KubeletUnavailable as e:
             self._fail(str(e), e, now)
             return
         except asyncio.CancelledError:
             raise
         try:
-            pm = self._map_for(resp, list(gpus), list(instances))
+            pm = self._map_for(raw, list(gpus), list(instances))
+        except KubeletUnavailable as e:  # the answer does not decode
+            self._fail(str(e), e, now)
+            return
         except Exception as e:  # a bug, or an answer nobody planned for: keep the last map
             self._seen = None
             self.failures += 1
@@ -143,18 +147,18 @@ class Mapper:
         self.status = ""
         self.map = pm
 
-    def _map_for(self, resp: Any, gpus: list[Device], instances: list[Device]) -> PodMap:
-        """The map for this answer: the last one again when the kubelet's answer and the
-        devices are the same as last time (the skipped and dropped IDs that building it
-        counted are counted again), else a new one."""
-        digest = hashlib.blake2b(resp.SerializeToString(deterministic=True), digest_size=16)
-        seen = (digest.digest(), _devices(gpus) + _devices(instances))
+    def _map_for(self, raw: bytes, gpus: list[Device], instances: list[Device]) -> PodMap:
+        """The map for this answer (its bytes): the last one again when the kubelet's
+        answer and the devices are the same as last time (the skipped and dropped IDs that
+        building it counted are counted again), else a new one from the parsed answer."""
+        seen = (hashlib.blake2b(raw, digest_size=16).digest(), self._device_set(gpus + instances))
         if seen == self._seen and not self._used_slices:
             unmatched, drops = self._counted
             self.unmatched.update(unmatched)
             for what, n in drops.items():
                 self.drops.add(what, n)
             return self.map
+        resp = parse(raw)  # only now: an unchanged answer is never decoded again
         self._seen = None
         unmatched0, drops0 = Counter(self.unmatched), Counter(dict(self.drops.items()))
         self._used_slices = False
@@ -163,6 +167,16 @@ class Mapper:
         self._seen = seen
         self.rebuilds += 1
         return pm
+
+    def _device_set(self, devs: list[Device]) -> tuple[Any, ...]:
+        """What the answer's IDs are resolved against; last cycle's tuple again while the
+        collector hands over the same (immutable) Device objects."""
+        last, fields = self._devs
+        if len(devs) == len(last) and all(a is b for a, b in zip(devs, last, strict=True)):
+            return fields
+        fields = _devices(devs)
+        self._devs = (tuple(devs), fields)
+        return fields
 
     def _fail(self, why: str, e: KubeletUnavailable, now: float) -> None:
         # the socket missing is a steady state (no kubelet here): check again each interval

@@ -127,6 +127,9 @@ class GeneratedKubelet:
             del self.names[device_id]
         return resp
 
+    async def list_bytes(self) -> bytes:
+        return (await self.list()).SerializeToString()
+
     async def close(self) -> None:
         pass
 
