@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
+from exporter.exposition.text import escape, head
+
 PROC_READ_BYTES = 64 * 1024  # bound on one read of /proc/self/{stat,limits}; both are < 2 KiB
 
 
@@ -68,24 +70,19 @@ def go_float(value: float) -> str:
     return f"{mantissa}e+{point - 1:02d}"
 
 
-def _escape_value(v: str) -> str:
-    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
 def text(families: Iterable[Family]) -> str:
     """The families in the Prometheus text format (version 0.0.4), as ``generate_latest``
     writes them."""
     out: list[str] = []
     for f in families:
         name = f.name + "_total" if f.kind == "counter" else f.name
-        doc = f.help.replace("\\", r"\\").replace("\n", r"\n")
-        out.append(f"# HELP {name} {doc}\n# TYPE {name} {f.kind}\n")
+        out.append(head(name, f.help, f.kind))
         order = sorted(range(len(f.labels)), key=f.labels.__getitem__)
         for values, value in f.samples:
             if not values:
                 out.append(f"{name} {go_float(value)}\n")
                 continue
-            pairs = ",".join(f'{f.labels[i]}="{_escape_value(values[i])}"' for i in order)
+            pairs = ",".join(f'{f.labels[i]}="{escape(values[i])}"' for i in order)
             out.append(f"{name}{{{pairs}}} {go_float(value)}\n")
     return "".join(out)
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import math
 import resource
 import string
+import subprocess
+import sys
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +20,7 @@ from prometheus_client.utils import floatToGoString
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.selftext import Family, ProcessMetrics, go_float, text
 
+ROOT = Path(__file__).parents[2]
 _FIRST = string.ascii_letters + "_"
 _REST = _FIRST + string.digits
 names = st.builds(lambda a, b: a + b, st.sampled_from(_FIRST), st.text(_REST, max_size=12))
@@ -181,3 +185,15 @@ def test_selfmetrics_render_is_valid_and_starts_with_process_metrics():
         fams["process_start_time_seconds"].samples[0].value,
         ProcessMetrics().families()[2].samples[0][1],
     )
+
+
+def test_exporter_runs_without_prometheus_client():
+    """prometheus-client is a test dependency only: nothing the exporter imports pulls it in."""
+    code = (
+        "import sys, exporter.app, exporter.cli, exporter.kube.podresources; "
+        "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stderr
