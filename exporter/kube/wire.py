@@ -25,7 +25,7 @@ MAX_TAG = 0xFFFF_FFFF
 
 STR = "str"  # a string field: the last one given wins
 STRS = "strs"  # a repeated string field
-INTS = "ints"  # a (repeated) integer field: checked, not kept
+INTS = "ints"  # a repeated integer field, packed: checked, not kept
 
 Kind = Any  # STR, STRS, INTS, or a _Message subclass (a repeated or singular message)
 
@@ -156,7 +156,8 @@ class _Check(_Message):
 
 class _NUMANode(_Check):
     __slots__ = ()
-    _schema: ClassVar[dict[int, tuple[str | None, Kind]]] = {1: (None, INTS)}
+    # ID, an int64: a singular number is never packed, so nothing to check beyond its tag
+    _schema: ClassVar[dict[int, tuple[str | None, Kind]]] = {}
 
 
 class _TopologyInfo(_Check):
@@ -167,8 +168,7 @@ class _TopologyInfo(_Check):
 class _ContainerMemory(_Check):
     __slots__ = ()
     _schema: ClassVar[dict[int, tuple[str | None, Kind]]] = {
-        1: (None, STR),
-        2: (None, INTS),
+        1: (None, STR),  # 2, size: a singular number, as NUMANode's ID
         3: (None, _TopologyInfo),
     }
 
