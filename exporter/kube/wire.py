@@ -134,13 +134,22 @@ def _decode(buf: bytes, pos: int, end: int, cls: type[_Message]) -> Any:
     obj = cls()
     schema = cls._schema
     while pos < end:
-        tag, pos = _varint(buf, pos, end, 5)
-        if tag > MAX_TAG:
-            raise WireError("field tag over 32 bits")
+        tag = buf[pos]
+        if tag < 0x80:  # the usual one-byte tag and length, without calls
+            pos += 1
+        else:
+            tag, pos = _varint(buf, pos, end, 5)
+            if tag > MAX_TAG:
+                raise WireError("field tag over 32 bits")
         number, wire_type = tag >> 3, tag & 7
         if number == 0:
             raise WireError("field number 0")
-        a, pos = _skip(buf, wire_type, pos, end)
+        if wire_type == LENGTH and pos < end and buf[pos] < 0x80:
+            a, pos = pos + 1, pos + 1 + buf[pos]
+            if pos > end:
+                raise WireError("field runs past the end of its message")
+        else:
+            a, pos = _skip(buf, wire_type, pos, end)
         known = schema.get(number)
         # a known field with another wire type is an unknown field to protobuf
         if known is not None and wire_type == LENGTH:
