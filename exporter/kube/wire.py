@@ -100,14 +100,16 @@ class _Message:
                 setattr(self, name, "" if kind is STR else [])
 
     def __eq__(self, other: object) -> bool:
+        slots: tuple[str, ...] = self.__slots__
         return type(other) is type(self) and all(
-            getattr(self, s) == getattr(other, s) for s in self.__slots__
+            getattr(self, s) == getattr(other, s) for s in slots
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like protobuf's messages
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{s}={getattr(self, s)!r}" for s in self.__slots__)
+        slots: tuple[str, ...] = self.__slots__
+        inner = ", ".join(f"{s}={getattr(self, s)!r}" for s in slots)
         return f"{type(self).__name__}({inner})"
 
 
@@ -275,4 +277,4 @@ class ListPodResourcesResponse(_Message):
 
 def decode(raw: bytes) -> ListPodResourcesResponse:
     """The ``List`` answer encoded in ``raw``; raises WireError when it does not decode."""
-    return _decode(raw, 0, len(raw), ListPodResourcesResponse)  # type: ignore[no-any-return]
+    return _decode(raw, 0, len(raw), ListPodResourcesResponse)
