@@ -18,7 +18,7 @@ MAX_LINE = 200  # characters of one --check listing line
 MAX_ERROR = 400  # characters of one error message (a long value is cut in the middle)
 KUBELET_TIMEOUT_S = 2.0
 # What -k imports (module: distribution), the optional "kube" extra in pyproject.toml.
-KUBE_MODULES = {"grpc": "grpcio", "google.protobuf": "protobuf"}
+KUBE_MODULES = {"grpc": "grpcio"}
 
 
 def one_line(text: str, limit: int = MAX_ERROR) -> str:

@@ -2,7 +2,8 @@
 
 One channel, reused across calls; every call has a deadline. ``List`` hands
 back the answer's bytes as they came, so that the mapper can tell an unchanged
-answer from its bytes and parse only a new one (:func:`parse`). Failures
+answer from its bytes and parse only a new one (:func:`parse`, with wire.py: the
+generated protobuf classes are for the tests' fake kubelet, not loaded here). Failures
 become :class:`KubeletUnavailable` with a reason a person can act on; the
 mapper decides when to retry. grpc is imported here only, so an exporter
 without ``--kubernetes`` never loads it.
@@ -41,11 +42,10 @@ if (1, 85) <= _grpc_version() < (1, 86):
     os.environ.setdefault("GRPC_EXPERIMENTS", LEGACY_CLIENT)
 
 import grpc  # noqa: E402
-from google.protobuf.message import DecodeError  # type: ignore[import-untyped]  # noqa: E402
 
 from exporter.config import DEFAULT_SOCKET  # noqa: E402
-from exporter.kube.generated import podresources_pb2 as pb  # noqa: E402
 from exporter.kube.limits import MAX_MESSAGE_BYTES  # noqa: E402
+from exporter.kube.wire import ListPodResourcesResponse, WireError, decode  # noqa: E402
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
 LIST = "/v1.PodResourcesLister/List"
@@ -103,7 +103,7 @@ class PodResourcesClient:
         self._channel = None
         self._list = None
 
-    async def list(self) -> pb.ListPodResourcesResponse:
+    async def list(self) -> ListPodResourcesResponse:
         """Every pod's resources on this node; raises KubeletUnavailable."""
         return parse(await self.list_bytes())
 
@@ -142,10 +142,10 @@ class PodResourcesClient:
         return KubeletUnavailable(f"kubelet List failed: {code.name}: {details}")
 
 
-def parse(raw: bytes) -> pb.ListPodResourcesResponse:
+def parse(raw: bytes) -> ListPodResourcesResponse:
     """A ``List`` answer's bytes as the message; raises KubeletUnavailable when they
     do not decode."""
     try:
-        return pb.ListPodResourcesResponse.FromString(raw)
-    except DecodeError:
+        return decode(raw)
+    except WireError:
         raise KubeletUnavailable(INVALID) from None

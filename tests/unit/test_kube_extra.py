@@ -27,7 +27,6 @@ sys.exit(main(sys.argv[1:]))
     [
         ("grpc", "grpcio", True),
         ("grpc", "grpcio", False),  # a plain start stops before serving
-        ("google.protobuf", "protobuf", True),
     ],
 )
 def test_k_without_the_kube_extra_names_the_install(
@@ -55,6 +54,27 @@ def test_k_without_the_kube_extra_names_the_install(
         f"({module} cannot be imported): pip install gpu-exporter[kube]"
     ]
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_k_needs_no_protobuf(tmp_path: Path) -> None:
+    # the kubelet's answer is decoded by exporter/kube/wire.py; protobuf is for the tests
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "kubelet.sock"))
+    sock.listen(4)
+    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
+    argv += ["-a", f"127.0.0.1:{free_port()}", "--check"]
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", BLOCKED.format(module="google.protobuf"), *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sock.close()
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
 
 
 def test_k_with_the_extra_installed_passes_the_check(tmp_path: Path) -> None:
