@@ -90,7 +90,13 @@ def test_kubelet_restart_and_missing_socket(kubelet):
         wait_until(lambda: b"does not exist" in exp.get("/ready")[2], 10, "/ready to say why")
         status, _, body = exp.get("/ready")
         assert status == 200 and b"pod labels off" in body
-        assert find(exp.metrics(), "gpu_exporter_kubelet_up")[0].value == 0
+        # /ready reads the mapper's state as it is; the exposition follows once this
+        # cycle's render (in the worker thread, after the refresh) is published
+        wait_until(
+            lambda: find(exp.metrics(), "gpu_exporter_kubelet_up")[0].value == 0,
+            10,
+            "gpu_exporter_kubelet_up 0",
+        )
     finally:
         exp.stop()
 
