@@ -22,6 +22,26 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def _start(tmp_path: Path, python: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    """The exporter with -k (``python`` picks the interpreter's arguments) against a kubelet
+    socket that accepts connections, so that an import is the only thing that can fail."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(tmp_path / "kubelet.sock"))
+    sock.listen(4)
+    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
+    argv += ["-a", f"127.0.0.1:{free_port()}", *(["--check"] if check else [])]
+    try:
+        return subprocess.run(
+            [sys.executable, *python, *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sock.close()
+
+
 @pytest.mark.parametrize(
     ("module", "dist", "check"),
     [
@@ -32,22 +52,7 @@ sys.exit(main(sys.argv[1:]))
 def test_k_without_the_kube_extra_names_the_install(
     tmp_path: Path, module: str, dist: str, check: bool
 ) -> None:
-    # a kubelet socket that accepts connections, so that the extra is the only problem
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(tmp_path / "kubelet.sock"))
-    sock.listen(4)
-    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
-    argv += ["-a", f"127.0.0.1:{free_port()}", *(["--check"] if check else [])]
-    try:
-        r = subprocess.run(
-            [sys.executable, "-c", BLOCKED.format(module=module), *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        sock.close()
+    r = _start(tmp_path, ["-c", BLOCKED.format(module=module)], check)
     assert r.returncode == 2, r.stderr
     assert r.stderr.splitlines() == [
         f"gpu-exporter: error: -k (--kubernetes) needs the Python package {dist} "
@@ -58,39 +63,12 @@ def test_k_without_the_kube_extra_names_the_install(
 
 def test_k_needs_no_protobuf(tmp_path: Path) -> None:
     # the kubelet's answer is decoded by exporter/kube/wire.py; protobuf is for the tests
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(tmp_path / "kubelet.sock"))
-    sock.listen(4)
-    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
-    argv += ["-a", f"127.0.0.1:{free_port()}", "--check"]
-    try:
-        r = subprocess.run(
-            [sys.executable, "-c", BLOCKED.format(module="google.protobuf"), *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        sock.close()
+    r = _start(tmp_path, ["-c", BLOCKED.format(module="google.protobuf")])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
 
 
 def test_k_with_the_extra_installed_passes_the_check(tmp_path: Path) -> None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.bind(str(tmp_path / "kubelet.sock"))
-    sock.listen(4)
-    argv = ["--simulate", "-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock")]
-    try:
-        r = subprocess.run(
-            [sys.executable, "-m", "exporter", *argv, "-a", f"127.0.0.1:{free_port()}", "--check"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    finally:
-        sock.close()
+    r = _start(tmp_path, ["-m", "exporter"])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
