@@ -88,7 +88,8 @@ def cycle(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
         "(render, self-metrics, plain and gzip bytes), sim time moved 1 s per cycle. "
         f"{res['sizes']['cycles']} cycles per pass in batches of 10; figures are per cycle, "
         "from the quietest batch (other work on the machine only ever adds CPU time). CPU % "
-        "is the exporter process's own (/proc/PID/stat) at `-c 1000`, no scrapes."
+        "is the exporter process's own at `-c 1000`, no scrapes: its threads' on-CPU time in "
+        "ns (/proc/PID/task/*/schedstat), not the process's 10 ms ticks."
     )
     add("")
     add(
