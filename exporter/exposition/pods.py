@@ -42,7 +42,11 @@ def holder_pairs(h: Holder) -> list[tuple[str, str]]:
 
 
 class HolderText:
-    """Label text per holder, escaped once and reused across cycles."""
+    """Label text per holder, escaped once and reused across cycles.
+
+    Each :meth:`by_device` (a new layout of holders) keeps only the holders it is given:
+    the text of pods that are gone is dropped with them, not kept until the cache fills
+    (with pods replaced all day, a full cache held a few MiB of gone pods' strings)."""
 
     def __init__(self) -> None:
         self._cache: dict[Holder, str] = {}
@@ -56,7 +60,12 @@ class HolderText:
         return got
 
     def by_device(self, holders: Mapping[str, Holder]) -> dict[str, str]:
-        """Label text per device key."""
+        """Label text per device key; from now on only these holders are kept."""
+        last, self._cache = self._cache, {}
+        for h in holders.values():
+            got = last.get(h)
+            if got is not None:
+                self._cache[h] = got
         return {key: self(h) for key, h in holders.items()}
 
 
