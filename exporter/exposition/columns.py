@@ -80,7 +80,7 @@ class _Kept:
     column: list[Value | None]  # the reading per device
     kinds: list[type]  # the type of each
     signs: list[float] | None  # the sign of each float zero (None: no float zero)
-    body: str
+    body: bytes  # UTF-8, as served
     samples: int
 
 
@@ -103,8 +103,8 @@ class Reuse:
             self._series = series
             self._families.clear()
 
-    def family(self, spec: MetricSpec, rows: Rows) -> tuple[str, int]:
-        """The text of a plain-value family over ``rows`` and its number of samples."""
+    def family(self, spec: MetricSpec, rows: Rows) -> tuple[bytes, int]:
+        """The text of a plain-value family over ``rows`` (UTF-8) and its number of samples."""
         column = rows.column(spec.field.name)  # by DCGM field (``name`` is 1.x's with -o)
         kinds = list(map(type, column))
         last = self._families.get(spec.name)
@@ -117,7 +117,7 @@ class Reuse:
         ):
             return last.body, last.samples
         got = lines(spec.name + "{", rows, column)
-        body = text.family(spec.name, spec.help, spec.type, got)
+        body = text.family(spec.name, spec.help, spec.type, got).encode()
         signs = _float_zero_signs(column) if float in kinds and 0 in column else None
         self._families[spec.name] = _Kept(spec, column, kinds, signs, body, len(got))
         return body, len(got)

@@ -241,10 +241,10 @@ BY_NAME: dict[str, Family] = {
 }
 
 
-def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[str], int]:
-    """Text of every catalog family with samples this cycle, and the number of samples;
-    ``reuse`` (kept across cycles) gives back the text of unchanged plain-value families."""
-    out: list[str] = []
+def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[bytes], int]:
+    """Text (UTF-8) of every catalog family with samples this cycle, and the number of
+    samples; ``reuse`` (kept across cycles) gives back unchanged plain-value families."""
+    out: list[bytes] = []
     series = 0
     joined = _joined(fr)
     reuse = reuse or Reuse()
@@ -255,7 +255,8 @@ def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[lis
             body, n = reuse.family(spec, _scope(spec, joined))
         else:
             lines = fn(spec, fr)
-            body, n = text.family(spec.name, spec.help, spec.type, lines), len(lines)
+            body = text.family(spec.name, spec.help, spec.type, lines).encode()
+            n = len(lines)
         if n:
             out.append(body)
             series += n
