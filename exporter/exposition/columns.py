@@ -9,7 +9,7 @@ once per series.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from exporter.catalog import MetricSpec
@@ -95,6 +95,8 @@ class Reuse:
     def __init__(self) -> None:
         self._series: tuple[tuple[list[str], list[int]], ...] = ()
         self._families: dict[str, _Kept] = {}
+        # family name -> (its spec, what it was made of, text, samples)
+        self._made: dict[str, tuple[MetricSpec, tuple[object, ...], bytes, int]] = {}
 
     def start(self, *scopes: Rows) -> None:
         """Begin a cycle: forget every family if its series are not the last cycle's."""
@@ -102,6 +104,7 @@ class Reuse:
         if series != self._series:  # the same label strings: compared by identity first
             self._series = series
             self._families.clear()
+            self._made.clear()
 
     def family(self, spec: MetricSpec, rows: Rows) -> tuple[bytes, int]:
         """The text of a plain-value family over ``rows`` (UTF-8) and its number of samples."""
@@ -121,3 +124,17 @@ class Reuse:
         signs = _float_zero_signs(column) if float in kinds and 0 in column else None
         self._families[spec.name] = _Kept(spec, column, kinds, signs, body, len(got))
         return body, len(got)
+
+    def made(
+        self, spec: MetricSpec, inputs: tuple[object, ...], make: Callable[[], list[str]]
+    ) -> tuple[bytes, int]:
+        """The text of a family that ``make`` writes from ``inputs`` alone (which hold no
+        floats, so that equal inputs are written alike), and its number of samples:
+        written again only when ``inputs`` differ from the last cycle's."""
+        last = self._made.get(spec.name)
+        if last is not None and last[0] is spec and last[1] == inputs:
+            return last[2], last[3]
+        lines = make()
+        body = text.family(spec.name, spec.help, spec.type, lines).encode()
+        self._made[spec.name] = (spec, inputs, body, len(lines))
+        return body, len(lines)

@@ -241,6 +241,32 @@ BY_NAME: dict[str, Family] = {
 }
 
 
+# What the DCGM_EXP_* families are written from, besides the series and their labels
+_INPUTS: dict[str, Callable[[Frame], object]] = {
+    "DCGM_EXP_XID_ERRORS_COUNT": lambda fr: fr.derived.xid_window,
+    "DCGM_EXP_CLOCK_EVENTS_COUNT": lambda fr: fr.derived.clock_window,
+    "DCGM_EXP_GPU_HEALTH_STATUS": lambda fr: fr.derived.health,
+}
+
+
+def _inputs(spec: MetricSpec, fr: Frame) -> tuple[object, ...] | None:
+    """All that a family function's text depends on, or None for a family written every
+    cycle (the XID counts, which name gone devices; per-holder copies of shared devices)."""
+    if fr.virtual is not None:
+        return None
+    got = _INPUTS.get(spec.field.name)
+    if got is not None:
+        data = got(fr)
+    elif spec.field.source is Source.P2P:
+        data = fr.snap.p2p
+    elif spec.field.source is Source.XID and spec.field.scope is Scope.DEVICE:
+        data = fr.snap.xid.last
+    else:
+        return None
+    # the series devices and their label text: the same objects while the layout stays
+    return (fr.targets, fr.series_labels, data)
+
+
 def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[bytes], int]:
     """Text (UTF-8) of every catalog family with samples this cycle, and the number of
     samples; ``reuse`` (kept across cycles) gives back unchanged plain-value families."""
@@ -253,6 +279,8 @@ def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[lis
         fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
         if fn is None or (fn is per_process and fr.virtual is None):
             body, n = reuse.family(spec, _scope(spec, joined))
+        elif (inputs := _inputs(spec, fr)) is not None:
+            body, n = reuse.made(spec, inputs, functools.partial(fn, spec, fr))
         else:
             lines = fn(spec, fr)
             body = text.family(spec.name, spec.help, spec.type, lines).encode()

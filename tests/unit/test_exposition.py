@@ -380,3 +380,29 @@ def test_a_gpu_reading_that_moves_shows_on_its_mig_instances_only():
             if x.name == "DCGM_FI_DEV_GPU_TEMP"
         }
         assert got == {("0", "3"): t0, ("0", "5"): t0, ("1", "1"): t1, ("1", "2"): t1}
+
+
+def test_xid_family_follows_last_xid_holders_and_layout_across_cycles():
+    g0, g1 = gpu(0), gpu(1)
+    b = Builder(SelfMetrics(1.0))
+    temps = {g.key: {"DCGM_FI_DEV_GPU_TEMP": 40} for g in (g0, g1)}
+
+    def cycle(gpus, last=(), holders=None, values=temps) -> dict[str, tuple[float, str | None]]:
+        b.dcgm(snap(gpus, values=values, last=last), CATALOG, holders)
+        return {
+            x.labels["gpu"]: (x.value, x.labels.get("pod"))
+            for x in samples(b.dcgm_text)
+            if x.name == "DCGM_FI_DEV_XID_ERRORS"
+        }
+
+    assert cycle([g0, g1]) == {"0": (0, None), "1": (0, None)}
+    assert cycle([g0, g1]) == {"0": (0, None), "1": (0, None)}
+    assert cycle([g0, g1], ((g1.key, 79),)) == {"0": (0, None), "1": (79, None)}
+    held = {g1.key: Holder(Owner("ns", "p", "c"))}
+    assert cycle([g0, g1], ((g1.key, 79),), held) == {"0": (0, None), "1": (79, "p")}
+    # GPU 1 without readings: its pod leaves while the series with readings stay alike
+    only0 = {g0.key: temps[g0.key]}
+    assert cycle([g0, g1], ((g1.key, 79),), held, only0)["1"] == (79, "p")
+    assert cycle([g0, g1], ((g1.key, 79),), None, only0)["1"] == (79, None)
+    assert cycle([g0], ((g1.key, 79),)) == {"0": (0, None)}
+    assert cycle([g0, g1], ((g1.key, 79),)) == {"0": (0, None), "1": (79, None)}
