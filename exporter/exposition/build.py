@@ -41,8 +41,9 @@ class Exposition:
     gzipped: bytes
 
     @classmethod
-    def of(cls, body: str) -> Exposition:
-        data = body.encode()
+    def of(cls, body: str | bytes) -> Exposition:
+        """The exposition of ``body``: text, or text already encoded as UTF-8."""
+        data = body.encode() if isinstance(body, str) else body
         return cls(data, gzip_bytes(data))
 
 
@@ -121,7 +122,9 @@ class Builder:
         self.xids = XidCounter()
         self.device_text = DeviceText()
         self.holder_text = pods.HolderText()
-        self.dcgm_parts: list[str] = []  # the DCGM part, from the last published snapshot
+        # the DCGM part, from the last published snapshot: UTF-8 text, kept encoded so that
+        # a family unchanged since the last cycle is not encoded again
+        self.dcgm_parts: list[bytes] = []
         self._reuse = dcgm.Reuse()
         self._last_layout: Layout | None = None
 
@@ -168,13 +171,13 @@ class Builder:
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
-        self.dcgm_parts = [*parts, shared]
+        self.dcgm_parts = [*parts, shared.encode()]
         return n + m
 
     @property
     def dcgm_text(self) -> str:
         """The DCGM part of the exposition, from the last published snapshot."""
-        return "".join(self.dcgm_parts)
+        return b"".join(self.dcgm_parts).decode()
 
     def _layout_cached(
         self,
@@ -237,4 +240,4 @@ class Builder:
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
-        return Exposition.of("".join([*self.dcgm_parts, self.selfmetrics.render()]))
+        return Exposition.of(b"".join([*self.dcgm_parts, self.selfmetrics.render().encode()]))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import Catalog, MetricSpec
-from exporter.exposition import text
+from exporter.exposition import columns, text
 from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
 from exporter.exposition.xid import XidSeries
@@ -88,88 +88,31 @@ def rows(
 
 def values(spec: MetricSpec, fr: Frame) -> list[str]:
     """A field read per device: physical GPUs (device scope) or whole GPUs and MIG instances."""
-    return _values(spec, _joined(fr))
+    got = _scope(spec, _joined(fr))
+    return columns.lines(spec.name + "{", got, got.column(spec.field.name))
 
 
-Joined = tuple[list[tuple[str, Mapping[str, str]]], list[tuple[str, Mapping[str, str]]]]
+Joined = tuple[columns.Rows, columns.Rows]
 
 
 def _joined(fr: Frame) -> Joined:
-    """(device rows, instance rows) as (label text, the device's readings as sample text),
-    the rows of devices without readings left out: looked up once per cycle, not per
-    family, and each reading formatted once, however many series repeat it (a GPU's
-    device-level values appear on each of its MIG instances)."""
+    """(device rows, instance rows) with their readings, the rows of devices without
+    readings left out: looked up once per cycle, not per family."""
     done = fr.memo.get("joined")
     if done is not None:
         return done  # type: ignore[return-value]
     readings = fr.snap.values
-    texts: dict[str, dict[str, str]] = {}
-
-    def text_of(key: str) -> dict[str, str] | None:
-        got = texts.get(key)
-        if got is None:
-            values = readings.get(key)
-            if values is None:
-                return None
-            got = texts[key] = _formatted(values)
-        return got
-
-    def join(rows: Sequence[Row]) -> list[tuple[str, Mapping[str, str]]]:
-        return [(labels, got) for labels, key in rows if (got := text_of(key)) is not None]
-
-    out = fr.memo["joined"] = (join(fr.device_rows), join(fr.instance_rows))
+    out = (columns.join(fr.device_rows, readings), columns.join(fr.instance_rows, readings))
+    fr.memo["joined"] = out
     return out
 
 
-def _formatted(values: Mapping[str, float]) -> dict[str, str]:
-    """Sample text of each reading (repr is what text.num writes for floats and ints)."""
-    num = text.num
-    return {
-        f: repr(v) if (t := type(v)) is float or t is int else num(v)
-        for f, v in values.items()
-        if v is not None
-    }
+def _scope(spec: MetricSpec, joined: Joined) -> columns.Rows:
+    return joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
 
 
-def _values(spec: MetricSpec, joined: Joined) -> list[str]:
-    series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
-    prefix, field = spec.name + "{", spec.field.name
-    # the hot loop of a cycle: one line per series, written inline; readings are keyed by
-    # DCGM field (``name`` is 1.x's with -o)
-    return [f"{prefix}{labels}}} {v}\n" for labels, got in series if (v := got.get(field))]
-
-
-class Reuse:
-    """Family text kept from the last cycle: a plain-value family whose series and sample
-    text are all as they were is not written again (counters, clocks, totals rarely move).
-    Holds one entry per family of the catalog, dropped whenever the series change."""
-
-    def __init__(self) -> None:
-        self._rows: tuple[list[str], list[str]] = ([], [])  # label text of each joined row
-        # family name -> (its spec, the sample text per joined row, family text, samples)
-        self._families: dict[str, tuple[MetricSpec, list[str | None], str, int]] = {}
-
-    def start(self, joined: Joined) -> None:
-        """Begin a cycle: forget every family if its series are not the last cycle's."""
-        rows = ([labels for labels, _ in joined[0]], [labels for labels, _ in joined[1]])
-        if rows != self._rows:  # the same label strings: compared by identity first
-            self._rows = rows
-            self._families.clear()
-
-    def family(self, spec: MetricSpec, joined: Joined) -> tuple[str, int]:
-        """The text of a plain-value family and its number of samples."""
-        series = joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
-        field = spec.field.name
-        now = [got.get(field) for _, got in series]
-        last = self._families.get(spec.name)
-        if last is not None and last[0] is spec and last[1] == now:
-            return last[2], last[3]
-        prefix = spec.name + "{"
-        pairs = zip(series, now, strict=True)
-        lines = [f"{prefix}{row[0]}}} {v}\n" for row, v in pairs if v is not None]
-        body = text.family(spec.name, spec.help, spec.type, lines)
-        self._families[spec.name] = (spec, now, body, len(lines))
-        return body, len(lines)
+# kept across cycles by the caller of :func:`render`
+Reuse = columns.Reuse
 
 
 def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
@@ -298,21 +241,50 @@ BY_NAME: dict[str, Family] = {
 }
 
 
-def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[str], int]:
-    """Text of every catalog family with samples this cycle, and the number of samples;
-    ``reuse`` (kept across cycles) gives back the text of unchanged plain-value families."""
-    out: list[str] = []
+# What the DCGM_EXP_* families are written from, besides the series and their labels
+_INPUTS: dict[str, Callable[[Frame], object]] = {
+    "DCGM_EXP_XID_ERRORS_COUNT": lambda fr: fr.derived.xid_window,
+    "DCGM_EXP_CLOCK_EVENTS_COUNT": lambda fr: fr.derived.clock_window,
+    "DCGM_EXP_GPU_HEALTH_STATUS": lambda fr: fr.derived.health,
+}
+
+
+def _inputs(spec: MetricSpec, fr: Frame) -> tuple[object, ...] | None:
+    """All that a family function's text depends on, or None for a family written every
+    cycle (the XID counts, which name gone devices; per-holder copies of shared devices)."""
+    if fr.virtual is not None:
+        return None
+    got = _INPUTS.get(spec.field.name)
+    if got is not None:
+        data = got(fr)
+    elif spec.field.source is Source.P2P:
+        data = fr.snap.p2p
+    elif spec.field.source is Source.XID and spec.field.scope is Scope.DEVICE:
+        data = fr.snap.xid.last
+    else:
+        return None
+    # the series devices and their label text: the same objects while the layout stays
+    return (fr.targets, fr.series_labels, data)
+
+
+def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[bytes], int]:
+    """Text (UTF-8) of every catalog family with samples this cycle, and the number of
+    samples; ``reuse`` (kept across cycles) gives back unchanged plain-value families."""
+    out: list[bytes] = []
     series = 0
     joined = _joined(fr)
     reuse = reuse or Reuse()
-    reuse.start(joined)
+    reuse.start(*joined)
     for spec in catalog.metrics:
         fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
-        if fn is None:
-            body, n = reuse.family(spec, joined)
+        if fn is None or (fn is per_process and fr.virtual is None):
+            body, n = reuse.family(spec, _scope(spec, joined))
+        elif (inputs := _inputs(spec, fr)) is not None:
+            body, n = reuse.made(spec, inputs, functools.partial(fn, spec, fr))
         else:
             lines = fn(spec, fr)
-            body, n = text.family(spec.name, spec.help, spec.type, lines), len(lines)
+            body = text.family(spec.name, spec.help, spec.type, lines).encode()
+            n = len(lines)
         if n:
             out.append(body)
             series += n

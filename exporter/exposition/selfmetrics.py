@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.catalog import Skipped
-from exporter.exposition.selftext import Family, ProcessMetrics, counter, text
+from exporter.exposition.selftext import Family, ProcessMetrics, Texts, counter
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
 
@@ -44,10 +44,11 @@ class SelfMetrics:
         # config files' last loads: (kind, ok, unix time of the last success); signals.py
         self.reloads: Callable[[], Iterable[tuple[str, bool, float]]] = tuple
         self.process = ProcessMetrics()
+        self._text = Texts()  # family text kept from the last render
 
     def render(self) -> str:
         """The self-metrics text in the Prometheus text format, process metrics first."""
-        return text([*self.process.families(), *self.collect()])
+        return self._text([*self.process.families(), *self.collect()])
 
     def collect(self) -> Iterator[Family]:
         """The exporter's own families from the current state."""

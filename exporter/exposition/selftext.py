@@ -87,6 +87,34 @@ def text(families: Iterable[Family]) -> str:
     return "".join(out)
 
 
+class Texts:
+    """:func:`text` that keeps each family's text from the last call: a family whose
+    name, help, kind, labels and samples are all as they were is not written again."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[object, ...], str] = {}
+
+    def __call__(self, families: Iterable[Family]) -> str:
+        last, now = self._last, {}
+        out: list[str] = []
+        for f in families:
+            key = _key(f)
+            got = last.get(key)
+            if got is None:
+                got = text((f,))
+            now[key] = got
+            out.append(got)
+        self._last = now  # only this call's families: bounded by what is rendered
+        return "".join(out)
+
+
+def _key(f: Family) -> tuple[object, ...]:
+    """What a family's text is written from. Equal numbers are written alike (go_float
+    writes float(value)) except the zeros 0.0 and -0.0: zeros go in as their text."""
+    samples = tuple((v, x) if x else (v, repr(float(x))) for v, x in f.samples)
+    return (f.name, f.help, f.kind, f.labels, samples)
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as fh:
         return fh.read(PROC_READ_BYTES)

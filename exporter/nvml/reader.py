@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -35,16 +36,48 @@ _READ = {
 }
 
 
+def _layout() -> str:
+    """struct format of one c_nvmlFieldValue_t: fieldId, timestamp, valueType, nvmlReturn
+    and the value's 8 bytes as an unsigned integer, the rest skipped."""
+    t = N.c_nvmlFieldValue_t
+    out, at = "", 0
+    for name, code in (
+        ("fieldId", "I"),
+        ("timestamp", "q"),
+        ("valueType", "I"),
+        ("nvmlReturn", "I"),
+        ("value", "Q"),
+    ):
+        f = getattr(t, name)
+        out += f"{f.offset - at}x{code}" if f.offset > at else code
+        at = f.offset + f.size
+    return out + (f"{ctypes.sizeof(t) - at}x" if ctypes.sizeof(t) > at else "")
+
+
+_ENTRY = _layout()
+_AT, _SIZE = N.c_nvmlFieldValue_t.value.offset, ctypes.sizeof(N.c_nvmlFieldValue_t)
+_AS_DOUBLE = f"{_AT}xd{_SIZE - _AT - 8}x"  # an entry's value as the union's dVal
+# The union's members as pynvml declares them (ulVal, ullVal: c_ulong; sllVal: c_long)
+_BITS = {
+    name: 8 * ctypes.sizeof(dict(N.c_nvmlValue_t._fields_)[name])
+    for name in ("uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+}
+_SIGNED = frozenset({"sllVal", "siVal"})
+_INTEGER = {**_READ, N.NVML_VALUE_TYPE_DOUBLE: "ullVal"}  # integer member per value type
+# value types whose member is the 8 bytes as an unsigned integer, as unpacked
+_AS_IS = frozenset(k for k, a in _READ.items() if _BITS.get(a) == 64 and a not in _SIGNED)
+
+
 class _Request:
     """The arguments of one device's ``nvmlDeviceGetFieldValues``, built once per plan.
 
     pynvml's wrapper builds the array and sets each (fieldId, scopeId) through
     its structure wrapper on every call; here the array is filled once, and
     copied back to that state before each call, so NVML sees what pynvml's
-    fresh array would hold.
+    fresh array would hold. The answer is unpacked in one go (``entries``).
     """
 
-    __slots__ = ("args", "blank", "values")
+    __slots__ = ("args", "blank", "doubles", "entries", "values")
 
     def __init__(self, ids: Sequence[tuple[int, int]]) -> None:
         values = (N.c_nvmlFieldValue_t * len(ids))()
@@ -53,6 +86,9 @@ class _Request:
         self.values = values
         self.blank = bytes(values)
         self.args = (ctypes.c_int32(len(ids)), ctypes.byref(values))
+        # (fieldId, timestamp, valueType, nvmlReturn, value bits) of each entry
+        self.entries = struct.Struct("=" + _ENTRY * len(ids))
+        self.doubles = struct.Struct("=" + _AS_DOUBLE * len(ids))  # each value as dVal
 
     def reset(self) -> Any:
         """The array, as first built (NVML overwrites it)."""
@@ -173,7 +209,7 @@ class FieldReader:
     def _batch(self, dev: Device, plan: _Plan, out: dict[str, Value]) -> None:
         req = plan.request
         assert req is not None
-        values = req.reset()
+        req.reset()
         try:
             self.session.c_call("nvmlDeviceGetFieldValues", dev.handle, *req.args)
         except Unavailable as err:
@@ -181,25 +217,22 @@ class FieldReader:
             return
         except CallFailed:
             return  # counted by the session; try again next cycle
-        i = 0
+        answer = _Answer(req)
         lacking: list[tuple[Field, str]] = []
-        get = object.__getattribute__  # the raw ctypes fields, past pynvml's wrapper
         for f in plan.batch:
             total: Value | None = 0
             stamp_us = 0
             for _ in f.field_ids:
-                v = values[i]
-                i += 1
-                stamp_us = stamp_us or get(v, "timestamp")
-                ret = get(v, "nvmlReturn")
+                fid, stamp, ret, value = answer.next(f.integer)
+                stamp_us = stamp_us or stamp
                 if ret != N.NVML_SUCCESS:
                     if ret == N.NVML_ERROR_NOT_SUPPORTED:
-                        lacking.append((f, f"field {v.fieldId}: NOT_SUPPORTED"))
+                        lacking.append((f, f"field {fid}: NOT_SUPPORTED"))
                     else:
                         self.session.count("nvmlDeviceGetFieldValues", ret)
                     total = None
                 elif total is not None:
-                    total += _value(v, f)
+                    total += value
             if total is not None and f.rate:
                 self._rate(dev, f, total, stamp_us, out)
             elif total is not None:
@@ -232,6 +265,41 @@ def _value(v: Any, f: Field) -> Value:
     if attr == "dVal" and f.integer:
         attr = "ullVal"  # some drivers leave valueType unset (0) on integer fields such as ECC
     return get(get(v, "value"), attr)
+
+
+class _Answer:
+    """The entries of one answered request, in order, read as :func:`_value` reads them."""
+
+    __slots__ = ("doubles", "n", "raw", "req")
+
+    def __init__(self, req: _Request) -> None:
+        self.req = req
+        self.raw = req.entries.unpack_from(req.values)
+        self.doubles: tuple[float, ...] = ()  # unpacked when a double is met
+        self.n = 0
+
+    def next(self, integer: bool) -> tuple[int, int, int, Value]:
+        """(fieldId, timestamp in us, nvmlReturn, value) of the next entry; the value is
+        the union's member for its valueType (ullVal for an integer field's dVal)."""
+        n = self.n
+        self.n = n + 1
+        fid, stamp, kind, ret, bits = self.raw[5 * n : 5 * n + 5]
+        if kind in _AS_IS:
+            return fid, stamp, ret, bits
+        if kind == N.NVML_VALUE_TYPE_DOUBLE and not integer:
+            self.doubles = self.doubles or self.req.doubles.unpack_from(self.req.values)
+            return fid, stamp, ret, self.doubles[n]
+        return fid, stamp, ret, _of_bits(bits, _INTEGER.get(kind, "ullVal"))
+
+
+def _of_bits(bits: int, attr: str) -> int:
+    """The union member ``attr`` (an integer one) read from the value's 8 bytes."""
+    width = _BITS[attr]
+    if width < 64:
+        bits &= (1 << width) - 1
+    if attr in _SIGNED and bits >> (width - 1):
+        bits -= 1 << width
+    return bits
 
 
 def _where(dev: Device) -> str:

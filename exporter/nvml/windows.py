@@ -53,29 +53,46 @@ def clock_events(mask: int) -> tuple[str, ...]:
 
 
 class Window(Generic[K]):
-    """Counts by key over the last ``window_s`` seconds, one slot per cycle."""
+    """Counts by key over the last ``window_s`` seconds, one slot per cycle.
+
+    The totals are kept as slots come and go, so a cycle costs what it adds and what
+    leaves the window, not a pass over every slot of the window.
+    """
 
     def __init__(self, window_s: float, max_slots: int = MAX_SLOTS) -> None:
         if window_s <= 0:
             raise ValueError(f"window must be > 0 s, got {window_s}")
         self.window_s = window_s
-        self._slots: deque[tuple[float, Counter[K]]] = deque(maxlen=max_slots)
+        self.max_slots = max_slots
+        self._slots: deque[tuple[float, Counter[K]]] = deque()
+        self._total: Counter[K] = Counter()  # the sum of the slots
 
     def add(self, t: float, counts: Mapping[K, int]) -> None:
         """Record one cycle's counts at unix time ``t`` (s); zero counts are dropped."""
         kept = Counter({k: n for k, n in counts.items() if n > 0})
         if kept:
+            if len(self._slots) >= self.max_slots:
+                self._drop()
             self._slots.append((t, kept))
+            self._total.update(kept)
 
     def counts(self, now: float) -> Counter[K]:
         """Totals of the slots newer than ``now - window_s``; older slots are forgotten."""
         start = now - self.window_s
         while self._slots and self._slots[0][0] <= start:
-            self._slots.popleft()
-        total: Counter[K] = Counter()
-        for _t, c in self._slots:
-            total.update(c)
-        return total
+            self._drop()
+        return Counter(self._total)
+
+    def _drop(self) -> None:
+        """Forget the oldest slot."""
+        _t, old = self._slots.popleft()
+        total = self._total
+        for k, n in old.items():
+            left = total[k] - n
+            if left > 0:
+                total[k] = left
+            else:
+                del total[k]
 
 
 @dataclass(frozen=True, slots=True)

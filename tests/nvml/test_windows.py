@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 
 import pytest
 
@@ -35,6 +37,24 @@ def test_window_memory_is_bounded():
     for t in range(1000):
         w.add(float(t), {t: 1})
     assert sum(w.counts(1000.0).values()) == 100
+
+
+def test_window_totals_match_the_slots_in_the_window():
+    # kept totals against a sum of the slots still inside, at the size bound too
+    rng = random.Random(7)
+    w = Window[str](10.0, max_slots=6)
+    slots: list[tuple[float, dict[str, int]]] = []
+    for t in range(300):
+        counts = {k: rng.choice((0, 0, 1, 2, 5)) for k in "abcdef" if rng.random() < 0.15}
+        w.add(float(t), counts)
+        if any(counts.values()):
+            slots = [*slots, (float(t), counts)][-6:]
+        want: Counter[str] = Counter()
+        for at, c in slots:
+            if at > t - 10.0:
+                want.update({k: n for k, n in c.items() if n > 0})
+        got = w.counts(float(t))
+        assert got == want and all(n > 0 for n in got.values()), t
 
 
 def test_window_must_be_positive():

@@ -352,3 +352,57 @@ def test_consecutive_cycles_show_changed_values_holders_and_devices():
     assert set(got) == {(temp, "0"), (clock, "0")}
     got = cycle([g0, g1], [(g0, 40)])  # back, without readings: no series yet
     assert set(got) == {(temp, "0"), (clock, "0")}
+
+
+def test_kept_family_text_follows_type_sign_and_nan_of_each_reading():
+    # each pair of neighbours compares equal (or is a NaN) but must be written apart
+    g0, g1 = gpu(0), gpu(1)
+    b = Builder(SelfMetrics(1.0))
+    nan = float("nan")
+    power = "DCGM_FI_DEV_POWER_USAGE"
+    for v in (0, 0.0, -0.0, 0.0, False, 1, 1.0, 2**53, float(2**53), nan, nan, 5):
+        values = {g0.key: {power: v}, g1.key: {power: 7.5}}
+        b.dcgm(snap([g0, g1], values=values), CATALOG)
+        got = [line for line in b.dcgm_text.splitlines() if line.startswith(power + "{")]
+        assert got[0].endswith(f" {text.num(v)}") and got[1].endswith(" 7.5"), (v, got)
+
+
+def test_a_gpu_reading_that_moves_shows_on_its_mig_instances_only():
+    g0, g1 = gpu(0), gpu(1)
+    m = [mig(g0, 3), mig(g0, 5), mig(g1, 1), mig(g1, 2)]
+    b = Builder(SelfMetrics(1.0))
+    for t0, t1 in ((40, 50), (40, 51), (41, 51), (41, 51)):
+        temps = {g0.key: {"DCGM_FI_DEV_GPU_TEMP": t0}, g1.key: {"DCGM_FI_DEV_GPU_TEMP": t1}}
+        b.dcgm(snap([g0, g1], entities=m, values=temps), CATALOG)
+        got = {
+            (x.labels["gpu"], x.labels["GPU_I_ID"]): x.value
+            for x in samples(b.dcgm_text)
+            if x.name == "DCGM_FI_DEV_GPU_TEMP"
+        }
+        assert got == {("0", "3"): t0, ("0", "5"): t0, ("1", "1"): t1, ("1", "2"): t1}
+
+
+def test_xid_family_follows_last_xid_holders_and_layout_across_cycles():
+    g0, g1 = gpu(0), gpu(1)
+    b = Builder(SelfMetrics(1.0))
+    temps = {g.key: {"DCGM_FI_DEV_GPU_TEMP": 40} for g in (g0, g1)}
+
+    def cycle(gpus, last=(), holders=None, values=temps) -> dict[str, tuple[float, str | None]]:
+        b.dcgm(snap(gpus, values=values, last=last), CATALOG, holders)
+        return {
+            x.labels["gpu"]: (x.value, x.labels.get("pod"))
+            for x in samples(b.dcgm_text)
+            if x.name == "DCGM_FI_DEV_XID_ERRORS"
+        }
+
+    assert cycle([g0, g1]) == {"0": (0, None), "1": (0, None)}
+    assert cycle([g0, g1]) == {"0": (0, None), "1": (0, None)}
+    assert cycle([g0, g1], ((g1.key, 79),)) == {"0": (0, None), "1": (79, None)}
+    held = {g1.key: Holder(Owner("ns", "p", "c"))}
+    assert cycle([g0, g1], ((g1.key, 79),), held) == {"0": (0, None), "1": (79, "p")}
+    # GPU 1 without readings: its pod leaves while the series with readings stay alike
+    only0 = {g0.key: temps[g0.key]}
+    assert cycle([g0, g1], ((g1.key, 79),), held, only0)["1"] == (79, "p")
+    assert cycle([g0, g1], ((g1.key, 79),), None, only0)["1"] == (79, None)
+    assert cycle([g0], ((g1.key, 79),)) == {"0": (0, None)}
+    assert cycle([g0, g1], ((g1.key, 79),)) == {"0": (0, None), "1": (79, None)}

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.exposition.selftext import Family, ProcessMetrics, go_float, text
+from exporter.exposition.selftext import Family, ProcessMetrics, Texts, go_float, text
 
 ROOT = Path(__file__).parents[2]
 _FIRST = string.ascii_letters + "_"
@@ -197,3 +197,12 @@ def test_exporter_runs_without_prometheus_client():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_text_kept_across_renders_follows_each_value():
+    # neighbours compare equal (or are NaN) yet some are written apart: 0.0 and -0.0
+    kept = Texts()
+    for v in (0, 0.0, -0.0, 0.0, False, 1, 1.0, True, float("nan"), float("nan"), 2.5, 2.5):
+        fams = [Family("a", "help", v), Family("b", "help", 7, labels=["x"])]
+        fams[1].add(["y"], v)
+        assert kept(fams) == text(fams), v

@@ -1,0 +1,46 @@
+"""nvmlDeviceGetFieldValues answers unpacked in one go read as pynvml's union reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pynvml as N
+import pytest
+
+from exporter.nvml import reader
+from exporter.nvml.fields import FIELDS
+
+INTEGER = FIELDS["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+FLOAT = dataclasses.replace(INTEGER, integer=False)  # a double is read as dVal only here
+
+CASES = [  # (valueType, union member, value written)
+    (N.NVML_VALUE_TYPE_DOUBLE, "dVal", 312.457),
+    (N.NVML_VALUE_TYPE_DOUBLE, "dVal", -0.0),
+    (N.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2**32 - 1),
+    (N.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**63 + 5),
+    (N.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**64 - 1),
+    (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**40)),
+    (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", 7),
+    (N.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -3),
+    (N.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65535),
+    (99, "ullVal", 42),  # a value type pynvml does not know: read as ullVal
+]
+
+
+@pytest.mark.parametrize("integer", [True, False])
+def test_each_value_type_reads_as_its_union_member(integer: bool):
+    ids = [(100 + i, 0) for i in range(len(CASES))]
+    req = reader._Request(ids)
+    values = req.reset()
+    for i, (kind, member, v) in enumerate(CASES):
+        e = values[i]
+        e.timestamp, e.valueType, e.nvmlReturn = 1000 + i, kind, N.NVML_SUCCESS
+        setattr(e.value, member, v)
+    values[3].nvmlReturn = N.NVML_ERROR_NOT_SUPPORTED
+    field = INTEGER if integer else FLOAT
+    answer = reader._Answer(req)
+    for i, entry in enumerate(values):
+        got = answer.next(field.integer)
+        want = (100 + i, 1000 + i, entry.nvmlReturn, reader._value(entry, field))
+        assert got == want and type(got[3]) is type(want[3]), (CASES[i], got, want)
+        assert repr(got[3]) == repr(want[3])  # -0.0 stays -0.0
