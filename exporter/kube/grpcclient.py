@@ -89,11 +89,45 @@ class AnswerInvalid(Exception):
 
 
 class _Broken(Exception):
-    """The connection cannot carry this call; ``answered`` once the server began to answer."""
+    """The connection cannot carry this call. ``answered``: the server began to answer;
+    ``unprocessed``: the server said (GOAWAY) that it did not look at the call."""
 
-    def __init__(self, why: str, answered: bool) -> None:
+    def __init__(self, why: str, answered: bool, unprocessed: bool = False) -> None:
         super().__init__(why)
         self.answered = answered
+        self.unprocessed = unprocessed
+
+
+class _FrameSizes:
+    """Follows frame boundaries in the bytes read, to refuse a frame longer than
+    ``limit`` from its 9-byte header (h2 checks only once the whole frame is buffered)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._head = b""
+        self._skip = 0  # bytes of the current frame's payload still to come
+
+    def check(self, data: bytes) -> None:
+        """Take in the next bytes read; raises _Broken at an oversized frame header."""
+        pos = 0
+        while pos < len(data):
+            if self._skip:
+                step = min(self._skip, len(data) - pos)
+                self._skip -= step
+                pos += step
+                continue
+            take = 9 - len(self._head)
+            self._head += data[pos : pos + take]
+            pos += take
+            if len(self._head) == 9:
+                self._skip = int.from_bytes(self._head[:3], "big")
+                self._head = b""
+                if self._skip > self.limit:
+                    raise _Broken(
+                        "the server's answer is not valid HTTP/2 (a frame of "
+                        f"{self._skip} bytes; at most {self.limit} are accepted)",
+                        True,
+                    )
 
 
 def grpc_timeout(seconds: float) -> str:
@@ -114,6 +148,7 @@ class _Answer:
         self.length = -1  # the message length its prefix announced
         self.started = False
         self.ended = False
+        self.consumed = 0  # flow-controlled bytes received, handed back after the call
 
     def on(self, ev: h2.events.Event, conn: h2.connection.H2Connection) -> None:
         """Take in one h2 event; raises on an answer that cannot be accepted."""
@@ -123,8 +158,9 @@ class _Answer:
             self.started = True
             self.headers = dict(ev.headers)  # type: ignore[arg-type]
         elif isinstance(ev, h2.events.DataReceived):
-            conn.acknowledge_received_data(ev.flow_controlled_length, self.stream_id)
-            self._data(ev.data or b"")
+            self.consumed += ev.flow_controlled_length or 0
+            if self.headers.get(b":status") == b"200" and self._grpc():
+                self._data(ev.data or b"")  # any other body is not gRPC: not kept
         elif isinstance(ev, h2.events.TrailersReceived):
             self.trailers = dict(ev.headers)  # type: ignore[arg-type]
         elif isinstance(ev, h2.events.StreamEnded):
@@ -133,8 +169,14 @@ class _Answer:
             code = RESET_CODES.get(int(ev.error_code or 0), "INTERNAL")
             raise CallError(code, f"the server reset the call (HTTP/2 error {ev.error_code})")
         elif isinstance(ev, h2.events.ConnectionTerminated):
-            why = f"the server closed the connection (GOAWAY {ev.error_code})"
-            raise _Broken(why, self.started)
+            code = getattr(ev.error_code, "name", ev.error_code)
+            unprocessed = (ev.last_stream_id or 0) < self.stream_id
+            raise _Broken(
+                f"the server closed the connection (GOAWAY {code})", self.started, unprocessed
+            )
+
+    def _grpc(self) -> bool:
+        return self.headers.get(b"content-type", b"").startswith(b"application/grpc")
 
     def _data(self, data: bytes) -> None:
         self.body += data
@@ -153,9 +195,9 @@ class _Answer:
         if status != b"200":
             code = HTTP_CODES.get(int(status) if status.isdigit() else 0, "UNKNOWN")
             raise CallError(code, f"HTTP status {status.decode('ascii', 'replace')[:3]}")
-        ctype = self.headers.get(b"content-type", b"")
-        if not ctype.startswith(b"application/grpc"):
-            raise CallError("UNKNOWN", f"content-type {ctype[:60]!r} is not application/grpc")
+        if not self._grpc():
+            ctype = self.headers.get(b"content-type", b"")[:60]
+            raise CallError("UNKNOWN", f"content-type {ctype!r} is not application/grpc")
         meta = self.trailers or self.headers  # a trailers-only answer has them in its headers
         raw = meta.get(b"grpc-status", b"")
         if not raw.isdigit():
@@ -179,6 +221,7 @@ class Channel:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._conn: h2.connection.H2Connection | None = None
+        self._frames = _FrameSizes(0)
         self._lock = asyncio.Lock()
 
     async def call(self, path: str, request: bytes, timeout_s: float) -> bytes:
@@ -214,7 +257,7 @@ class Channel:
                 self._drop()
                 # a reused connection may have been closed by the server just before this
                 # call: the call never began, ask once more on a fresh one
-                if attempt == 2 or not reused or e.answered:
+                if attempt == 2 or e.answered or not (reused or e.unprocessed):
                     raise CallError("UNAVAILABLE", str(e)) from None
         raise AssertionError("unreachable")
 
@@ -240,6 +283,7 @@ class Channel:
         # the whole answer fits the windows: it arrives without a wait for WINDOW_UPDATE
         conn.increment_flow_control_window(window - DEFAULT_WINDOW)
         self._conn = conn
+        self._frames = _FrameSizes(conn.max_inbound_frame_size)
         self._writer.write(conn.data_to_send())
 
     async def _exchange(self, path: str, request: bytes, timeout_s: float) -> bytes:
@@ -263,27 +307,42 @@ class Channel:
             raise _Broken(f"the connection cannot open a call ({type(e).__name__})", False) from e
         answer = _Answer(sid, self.max_message)
         budget = self.max_message + FRAME_ALLOWANCE_BYTES
-        try:
-            writer.write(conn.data_to_send())
-            await writer.drain()
-            while not answer.ended:
-                data = await reader.read(min(READ_CHUNK, budget + 1))
-                if not data:
-                    raise _Broken("the server closed the connection", answer.started)
-                budget -= len(data)
-                if budget < 0:
-                    raise _Broken(
-                        f"the server sent more than {self.max_message + FRAME_ALLOWANCE_BYTES} "
-                        "bytes for one call",
-                        True,
-                    )
-                self._feed(conn, data, answer)
-                if out := conn.data_to_send():  # SETTINGS and PING acks, WINDOW_UPDATEs
-                    writer.write(out)
-                    await writer.drain()
-        except OSError as e:
-            raise _Broken(f"connection error: {e.strerror or e}", answer.started) from None
+        await self._send(conn, writer, answer)
+        while not answer.ended:
+            data = await reader.read(min(READ_CHUNK, budget + 1))
+            if not data:
+                raise _Broken("the server closed the connection", answer.started)
+            budget -= len(data)
+            if budget < 0:
+                raise _Broken(
+                    f"the server sent more than {self.max_message + FRAME_ALLOWANCE_BYTES} "
+                    "bytes for one call",
+                    True,
+                )
+            self._frames.check(data)
+            self._feed(conn, data, answer)
+            if answer.ended and answer.consumed:
+                # the connection window back to full for the next call, in one WINDOW_UPDATE
+                conn.increment_flow_control_window(answer.consumed)
+            await self._send(conn, writer, answer)  # SETTINGS and PING acks, WINDOW_UPDATE
         return answer.result()
+
+    @staticmethod
+    async def _send(
+        conn: h2.connection.H2Connection, writer: asyncio.StreamWriter, answer: _Answer
+    ) -> None:
+        out = conn.data_to_send()
+        if not out or (answer.ended and writer.is_closing()):
+            return  # nothing to send, or acks of a complete answer the server no longer reads
+        try:
+            writer.write(out)
+            await writer.drain()
+        except OSError as e:
+            if not answer.ended:
+                why = "the server closed the connection"
+                if not isinstance(e, ConnectionError):
+                    why = f"connection error: {e.strerror or e}"
+                raise _Broken(why, answer.started) from None
 
     @staticmethod
     def _feed(conn: h2.connection.H2Connection, data: bytes, answer: _Answer) -> None:
