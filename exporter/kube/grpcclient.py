@@ -156,20 +156,20 @@ class _Answer:
             return  # frames of a stream this client never opened are h2's to refuse
         if isinstance(ev, h2.events.ResponseReceived):
             self.started = True
-            self.headers = dict(ev.headers)  # type: ignore[arg-type]
+            self.headers = dict(ev.headers or [])
         elif isinstance(ev, h2.events.DataReceived):
             self.consumed += ev.flow_controlled_length or 0
             if self.headers.get(b":status") == b"200" and self._grpc():
                 self._data(ev.data or b"")  # any other body is not gRPC: not kept
         elif isinstance(ev, h2.events.TrailersReceived):
-            self.trailers = dict(ev.headers)  # type: ignore[arg-type]
+            self.trailers = dict(ev.headers or [])
         elif isinstance(ev, h2.events.StreamEnded):
             self.ended = True
         elif isinstance(ev, h2.events.StreamReset):
             code = RESET_CODES.get(int(ev.error_code or 0), "INTERNAL")
             raise CallError(code, f"the server reset the call (HTTP/2 error {ev.error_code})")
         elif isinstance(ev, h2.events.ConnectionTerminated):
-            code = getattr(ev.error_code, "name", ev.error_code)
+            code = getattr(ev.error_code, "name", str(ev.error_code))
             unprocessed = (ev.last_stream_id or 0) < self.stream_id
             raise _Broken(
                 f"the server closed the connection (GOAWAY {code})", self.started, unprocessed
@@ -202,10 +202,10 @@ class _Answer:
         raw = meta.get(b"grpc-status", b"")
         if not raw.isdigit():
             raise CallError("UNKNOWN", "the answer carries no grpc-status")
-        code = int(raw)
-        if code != 0:
+        number = int(raw)
+        if number != 0:
             message = unquote(meta.get(b"grpc-message", b"").decode("utf-8", "replace"))
-            raise CallError(CODES[code] if code < len(CODES) else "UNKNOWN", message)
+            raise CallError(CODES[number] if number < len(CODES) else "UNKNOWN", message)
         if self.length < 0 or len(self.body) != 5 + self.length:
             raise AnswerInvalid("the answer holds no complete message")
         return bytes(self.body[5:])
