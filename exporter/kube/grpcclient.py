@@ -270,7 +270,13 @@ class Channel:
             ) from None
         window = self.max_message + FRAME_ALLOWANCE_BYTES
         conn = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=True, header_encoding=None)
+            # the request's headers are this module's constants: not checked again per call
+            h2.config.H2Configuration(
+                client_side=True,
+                header_encoding=None,
+                validate_outbound_headers=False,
+                normalize_outbound_headers=False,
+            )
         )
         conn.initiate_connection()
         conn.update_settings(
@@ -321,28 +327,28 @@ class Channel:
                 )
             self._frames.check(data)
             self._feed(conn, data, answer)
-            if answer.ended and answer.consumed:
-                # the connection window back to full for the next call, in one WINDOW_UPDATE
-                conn.increment_flow_control_window(answer.consumed)
-            await self._send(conn, writer, answer)  # SETTINGS and PING acks, WINDOW_UPDATE
+            if not answer.ended:
+                await self._send(conn, writer, answer)  # SETTINGS and PING acks
+        if answer.consumed:
+            # the connection window back to full, in one WINDOW_UPDATE that goes out with
+            # the next call's request (one write a call, not two)
+            conn.increment_flow_control_window(answer.consumed)
         return answer.result()
 
     @staticmethod
     async def _send(
         conn: h2.connection.H2Connection, writer: asyncio.StreamWriter, answer: _Answer
     ) -> None:
-        out = conn.data_to_send()
-        if not out or (answer.ended and writer.is_closing()):
-            return  # nothing to send, or acks of a complete answer the server no longer reads
+        if not (out := conn.data_to_send()):
+            return
         try:
             writer.write(out)
             await writer.drain()
         except OSError as e:
-            if not answer.ended:
-                why = "the server closed the connection"
-                if not isinstance(e, ConnectionError):
-                    why = f"connection error: {e.strerror or e}"
-                raise _Broken(why, answer.started) from None
+            why = "the server closed the connection"
+            if not isinstance(e, ConnectionError):
+                why = f"connection error: {e.strerror or e}"
+            raise _Broken(why, answer.started) from None
 
     @staticmethod
     def _feed(conn: h2.connection.H2Connection, data: bytes, answer: _Answer) -> None:
