@@ -62,14 +62,14 @@ async def test_rate_limited(client, kubelet):
 
 
 async def test_a_slow_kubelet_meets_the_deadline(kubelet):
-    kubelet.mode, kubelet.delay = "slow", 3.0
+    kubelet.mode, kubelet.delay = "slow", 6.0
     client = PodResourcesClient(str(kubelet.socket_path), timeout_s=0.3)
     started = time.monotonic()
     with pytest.raises(KubeletUnavailable) as e:
         await client.list_bytes()
     # the server may end the call itself (it reads grpc-timeout) just before the client does
     assert str(e.value).startswith("kubelet List failed: DEADLINE_EXCEEDED: ")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # not the kubelet's 6 s
     kubelet.mode = "ok"
     assert await client.list_bytes() == PODS.SerializeToString()  # dialled again
     await client.close()
