@@ -10,7 +10,9 @@ each thread is read from /proc/PID/task/* at the start and the end of a
 ``--window`` s window, and reported in ms per collection cycle (the window
 divided by the interval), per thread group: ``main`` (the event loop),
 ``python`` (the other Python threads, the NVML worker first among them, by
-CPU), ``grpc`` (threads grpc's core started and named), and the process in all.
+CPU), ``native`` (threads started outside Python: grpcio's core threads when the
+kubelet client was grpcio's; none since it speaks HTTP/2 itself), and the process
+in all.
 CPU is the scheduler's on-CPU time (/proc/.../schedstat, ns); where the kernel
 does not keep it, utime + stime in clock ticks (10 ms), and then only a long
 window makes the figures precise.
@@ -19,9 +21,9 @@ In-process part (``--calls``): ``Mapper.refresh`` on the fleet's devices
 against the same stand-in kubelet (the kubelet's ``List`` and the pod map,
 reused while the answer does not change: what the event loop does per cycle),
 ``--calls`` times back to back after a warm-up; CPU per call of the calling
-thread and of the whole process (grpc's threads included), and wall time per
-call. Back to back, grpc's threads cost less per call than at one call a
-second, which the process part shows.
+thread and of the whole process (any native threads included), and wall time
+per call. Back to back, a client's background threads cost less per call than at
+one call a second, which the process part shows.
 """
 
 from __future__ import annotations
@@ -65,12 +67,12 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
 
 
 def group(pid: int, tid: int, comm: str) -> str:
-    """The thread group of a thread: main, python or grpc."""
+    """The thread group of a thread: main, python or native."""
     if tid == pid:
         return "main"
     if comm.startswith(PYTHON_COMMS):
         return "python"
-    return "grpc"
+    return "native"
 
 
 def window(pid: int, seconds: float) -> dict[str, Any]:

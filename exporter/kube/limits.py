@@ -21,7 +21,7 @@ from collections import Counter
 from exporter.ratelimit import LOG_LINES_PER_MINUTE as LOG_LINES_PER_MINUTE
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-"""Largest pod-resources ``List`` answer accepted from the kubelet (gRPC receive limit;
+"""Largest pod-resources ``List`` answer accepted from the kubelet (its message, bytes;
 a node of 250 pods with 8 GPUs each answers in well under 100 KiB)."""
 
 MAX_KUBELET_PODS = 2000

@@ -1,61 +1,31 @@
-"""Client of the kubelet pod-resources API v1 over its unix socket (grpc.aio).
+"""Client of the kubelet pod-resources API v1 over its unix socket.
 
-One channel, reused across calls; every call has a deadline. ``List`` hands
+One connection (exporter/kube/grpcclient.py: gRPC over HTTP/2 on the pure-Python
+h2, no grpcio), reused across calls; every call has a deadline. ``List`` hands
 back the answer's bytes as they came, so that the mapper can tell an unchanged
 answer from its bytes and parse only a new one (:func:`parse`, with wire.py: the
 generated protobuf classes are for the tests' fake kubelet, not loaded here). Failures
 become :class:`KubeletUnavailable` with a reason a person can act on; the
-mapper decides when to retry. grpc is imported here only, so an exporter
+mapper decides when to retry. h2 is imported here only, so an exporter
 without ``--kubernetes`` never loads it.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import logging
 import os
-import re
-from pathlib import Path
 
-LEGACY_CLIENT = "-event_engine_client"
-"""grpc's client on its older I/O manager: on the kubelet's unix socket at one ``List`` a
-second, it costs about half the CPU of the EventEngine client, whose thread pool wakes up
-around every call (docs/benchmarks.md, "Issue 16, fourth pass")."""
-
-
-def _grpc_version() -> tuple[int, int]:
-    """(major, minor) of the installed grpcio, read without importing it; (0, 0) if unknown."""
-    spec = importlib.util.find_spec("grpc")
-    if spec is None or spec.origin is None:
-        return (0, 0)
-    try:
-        text = (Path(spec.origin).parent / "_grpcio_metadata.py").read_text()
-    except OSError:
-        return (0, 0)
-    m = re.search(r"(\d+)\.(\d+)\.", text)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-# Only where measured (a grpc that no longer knows the experiment logs an error line), only
-# before grpc is first imported, and never over the user's own GRPC_EXPERIMENTS.
-if (1, 85) <= _grpc_version() < (1, 86):
-    os.environ.setdefault("GRPC_EXPERIMENTS", LEGACY_CLIENT)
-
-import grpc  # noqa: E402
-
-from exporter.config import DEFAULT_SOCKET  # noqa: E402
-from exporter.kube.limits import MAX_MESSAGE_BYTES  # noqa: E402
-from exporter.kube.wire import ListPodResourcesResponse, WireError, decode  # noqa: E402
+from exporter.config import DEFAULT_SOCKET
+from exporter.kube import grpcclient
+from exporter.kube.grpcclient import AnswerInvalid, AnswerTooLarge, CallError
+from exporter.kube.limits import MAX_MESSAGE_BYTES
+from exporter.kube.wire import ListPodResourcesResponse, WireError, decode
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
 LIST = "/v1.PodResourcesLister/List"
 EMPTY_REQUEST = b""  # ListPodResourcesRequest has no fields: its encoding is empty
 INVALID = "kubelet List answer is not a valid List response"
-
-# grpc logs an answer it cannot decode at ERROR with a traceback, once per call: a broken
-# kubelet would put one in the log every cycle. This client decodes the answers itself
-# (parse), and the mapper reports a bad one, rate-limited; the line stays off all the same.
-logging.getLogger("grpc._common").setLevel(logging.CRITICAL)
+MAX_DETAILS_CHARS = 200
+"""Longest part of the kubelet's own error message (grpc-message) put in a reason."""
 
 
 class KubeletUnavailable(Exception):
@@ -73,35 +43,18 @@ class PodResourcesClient:
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout_s: float = 5.0) -> None:
         self.socket_path = socket_path
         self.timeout_s = timeout_s
-        self._channel: grpc.aio.Channel | None = None
-        self._list: grpc.aio.UnaryUnaryMultiCallable | None = None
+        self._channel: grpcclient.Channel | None = None
 
-    def _connect(self) -> grpc.aio.UnaryUnaryMultiCallable:
-        if self._list is None:
-            self._channel = grpc.aio.insecure_channel(
-                f"unix://{self.socket_path}",
-                options=[
-                    # grpc >= 1.57 would send the socket path as :authority; the kubelet,
-                    # like Kubernetes' own clients, expects localhost
-                    ("grpc.default_authority", "localhost"),
-                    ("grpc.max_receive_message_length", MAX_MESSAGE),
-                    # Two per-call costs a small answer on a local socket gains nothing from
-                    # (each about a fifth of grpc's CPU per List here): bandwidth probes (PINGs
-                    # after the data, to size flow-control windows for fast links), and
-                    # retry bookkeeping (a failed List is asked again next cycle anyway).
-                    ("grpc.http2.bdp_probe", 0),
-                    ("grpc.enable_retries", 0),
-                ],
-            )
-            # no (de)serializers: bytes out, the answer's bytes back
-            self._list = self._channel.unary_unary(LIST)
-        return self._list
+    def _connect(self) -> grpcclient.Channel:
+        if self._channel is None:
+            self._channel = grpcclient.Channel(self.socket_path, max_message=MAX_MESSAGE)
+        return self._channel
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-        self._channel = None
-        self._list = None
+        """Close the connection; the next call dials again."""
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            await channel.close()
 
     async def list(self) -> ListPodResourcesResponse:
         """Every pod's resources on this node; raises KubeletUnavailable."""
@@ -117,29 +70,27 @@ class PodResourcesClient:
                 "directory or set --pod-resources-kubelet-socket",
                 missing=True,
             )
-        call = self._connect()
+        channel = self._connect()
         try:
-            raw = await call(EMPTY_REQUEST, timeout=self.timeout_s)
-        except grpc.aio.AioRpcError as e:
+            return await channel.call(LIST, EMPTY_REQUEST, self.timeout_s)
+        except AnswerTooLarge:
+            raise KubeletUnavailable(
+                f"kubelet List answer is larger than {channel.max_message} bytes; ignoring it"
+            ) from None
+        except AnswerInvalid as e:
+            raise KubeletUnavailable(f"{INVALID} ({e})") from None
+        except CallError as e:
             raise await self._unavailable(e) from None
-        if not isinstance(raw, bytes):  # no answer message at all
-            raise KubeletUnavailable(INVALID)
-        return raw
 
-    async def _unavailable(self, e: grpc.aio.AioRpcError) -> KubeletUnavailable:
-        code = e.code()
-        details = str(e.details() or "")[:200]
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
-            return KubeletUnavailable(
-                f"kubelet List answer is larger than {MAX_MESSAGE} bytes; ignoring it"
-            )
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+    async def _unavailable(self, e: CallError) -> KubeletUnavailable:
+        details = "".join(c if c.isprintable() else " " for c in e.details[:MAX_DETAILS_CHARS])
+        if e.code == "RESOURCE_EXHAUSTED":
             return KubeletUnavailable(
                 "kubelet rate-limited List (RESOURCE_EXHAUSTED)", throttled=True
             )
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        if e.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             await self.close()  # a restarted kubelet: dial again next time
-        return KubeletUnavailable(f"kubelet List failed: {code.name}: {details}")
+        return KubeletUnavailable(f"kubelet List failed: {e.code}: {details}")
 
 
 def parse(raw: bytes) -> ListPodResourcesResponse:

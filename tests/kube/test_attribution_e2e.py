@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.exposition import find
@@ -65,6 +67,19 @@ def test_whole_gpus_and_mig_instances_get_their_pod(kubelet):
         assert find(text, "gpu_exporter_collector_success", collector="podresources")[0].value == 1
     finally:
         exp.stop()
+
+
+def test_the_kubelet_client_loads_no_grpc(kubelet):
+    exp = start(kubelet)
+    try:
+        exp.wait_metrics(lambda t: 'pod="train-0"' in t, 10, "pod labels")
+        pid = exp.proc.pid
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        threads = [p.read_text().strip() for p in Path(f"/proc/{pid}/task").glob("*/comm")]
+    finally:
+        exp.stop()
+    assert "cygrpc" not in maps  # grpcio's core library is never loaded
+    assert not [t for t in threads if "grpc" in t]  # nor its threads started
 
 
 def test_pod_deleted_loses_labels_within_one_interval(kubelet):

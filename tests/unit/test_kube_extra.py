@@ -45,8 +45,9 @@ def _start(tmp_path: Path, python: list[str], check: bool = True) -> subprocess.
 @pytest.mark.parametrize(
     ("module", "dist", "check"),
     [
-        ("grpc", "grpcio", True),
-        ("grpc", "grpcio", False),  # a plain start stops before serving
+        ("h2", "h2", True),
+        ("h2", "h2", False),  # a plain start stops before serving
+        ("hpack", "hpack", True),  # h2's own dependencies, named as well
     ],
 )
 def test_k_without_the_kube_extra_names_the_install(
@@ -64,6 +65,13 @@ def test_k_without_the_kube_extra_names_the_install(
 def test_k_needs_no_protobuf(tmp_path: Path) -> None:
     # the kubelet's answer is decoded by exporter/kube/wire.py; protobuf is for the tests
     r = _start(tmp_path, ["-c", BLOCKED.format(module="google.protobuf")])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+
+
+def test_k_needs_no_grpc(tmp_path: Path) -> None:
+    # the kubelet client speaks HTTP/2 itself (h2); grpcio is for the tests' fake kubelet
+    r = _start(tmp_path, ["-c", BLOCKED.format(module="grpc")])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
 

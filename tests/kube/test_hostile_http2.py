@@ -1,0 +1,285 @@
+"""The kubelet client against answers at the HTTP/2 level that a broken or hostile
+kubelet could send: each one ends in one clear KubeletUnavailable reason within the
+deadline, within the bounds on bytes, headers and frames, and the next call dials again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import h2.settings
+import pytest
+
+from exporter.kube import grpcclient, podresources
+from exporter.kube.generated import podresources_pb2 as pb
+from exporter.kube.mapper import Mapper
+from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
+from tests.kube.h2kubelet import H2Kubelet, Peer, message
+
+ANSWER = pb.ListPodResourcesResponse(
+    pod_resources=[pb.PodResources(name="train-0", namespace="ml")]
+).SerializeToString()
+
+
+async def ok(peer: Peer) -> None:
+    """A well-behaved kubelet: every request on the connection gets ANSWER."""
+    while (sid := await peer.request()) is not None:
+        await peer.answer(sid, message(ANSWER))
+
+
+async def reason(tmp_path, script, timeout_s: float = 5.0) -> str:
+    """The reason of the KubeletUnavailable one List against ``script`` raises."""
+    async with H2Kubelet(tmp_path / "k.sock", script):
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=timeout_s)
+        try:
+            with pytest.raises(KubeletUnavailable) as e:
+                await client.list_bytes()
+        finally:
+            await client.close()
+    return str(e.value)
+
+
+async def test_request_headers_are_those_of_a_grpc_client(tmp_path):
+    async with H2Kubelet(tmp_path / "k.sock", ok) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
+        for _ in range(3):
+            assert await client.list_bytes() == ANSWER
+        await client.close()
+    assert k.connections == 1  # one connection, reused
+    h = k.peers[0].requests[0]
+    assert h[b":method"] == b"POST" and h[b":scheme"] == b"http"
+    assert h[b":path"] == b"/v1.PodResourcesLister/List"
+    assert h[b":authority"] == b"localhost"
+    assert h[b"content-type"] == b"application/grpc" and h[b"te"] == b"trailers"
+    assert h[b"grpc-timeout"] == b"5000m"
+    assert h[b"user-agent"].startswith(b"gpu-exporter/")
+
+
+async def test_an_answer_of_the_largest_size_arrives_without_stalls(tmp_path, monkeypatch):
+    big = b"\x0a" + b"x" * (podresources.MAX_MESSAGE - 1)  # not a valid message; bytes only
+    monkeypatch.setattr(grpcclient, "FRAME_ALLOWANCE_BYTES", 64 * 1024)
+
+    async def script(peer: Peer) -> None:
+        while (sid := await peer.request()) is not None:
+            await peer.answer(sid, message(big))  # asserts the windows never close
+
+    async with H2Kubelet(tmp_path / "k.sock", script) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=20)
+        for _ in range(3):  # the connection window is handed back between calls
+            assert await client.list_bytes() == big
+        await client.close()
+    assert k.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "message_", "expected"),
+    [
+        (b"14", b"kubelet%20is%20restarting", "kubelet List failed: UNAVAILABLE: kubelet is "),
+        (b"12", b"unknown method", "kubelet List failed: UNIMPLEMENTED: unknown method"),
+        (b"8", b"slow down", "kubelet rate-limited List (RESOURCE_EXHAUSTED)"),
+        (b"99", b"", "kubelet List failed: UNKNOWN: "),
+    ],
+)
+async def test_a_trailers_only_error_names_the_grpc_code(tmp_path, status, message_, expected):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        headers = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+        headers += [(b"grpc-status", status), (b"grpc-message", message_)]
+        peer.conn.send_headers(sid, headers, end_stream=True)
+        await peer.flush()
+        await peer.request()
+
+    assert (await reason(tmp_path, script)).startswith(expected)
+
+
+async def test_a_long_error_message_is_cut(tmp_path):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        trailers = [(b"grpc-status", b"13"), (b"grpc-message", b"%0A" + b"e" * 5000)]
+        await peer.answer(sid, b"", trailers)
+        await peer.request()
+
+    why = await reason(tmp_path, script)
+    assert why.startswith("kubelet List failed: INTERNAL:  eee")  # the newline is a space
+    assert len(why) == len("kubelet List failed: INTERNAL: ") + podresources.MAX_DETAILS_CHARS
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (message(ANSWER, compressed=1), "compressed"),
+        (message(ANSWER) + message(ANSWER), "more than one message"),
+        (message(ANSWER)[:-1], "no complete message"),
+        (b"", "no complete message"),
+    ],
+)
+async def test_an_answer_that_is_not_one_plain_message_is_invalid(tmp_path, body, expected):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        await peer.answer(sid, body)
+        await peer.request()
+
+    why = await reason(tmp_path, script)
+    assert why.startswith(podresources.INVALID) and expected in why
+
+
+async def test_an_announced_length_over_the_bound_is_refused_before_the_body(tmp_path):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        peer.conn.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        peer.conn.send_data(sid, b"\0" + (2**32 - 1).to_bytes(4, "big") + b"x" * 100)
+        await peer.flush()
+        await asyncio.sleep(30)  # the 4 GiB never follow: the client must not wait for them
+
+    started = time.monotonic()
+    why = await reason(tmp_path, script, timeout_s=20)
+    assert (
+        why == f"kubelet List answer is larger than {podresources.MAX_MESSAGE} bytes; ignoring it"
+    )
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(
+    ("status", "ctype", "expected"),
+    [
+        (b"503", b"text/plain", "UNAVAILABLE: HTTP status 503"),
+        (b"404", b"text/plain", "UNIMPLEMENTED: HTTP status 404"),
+        (b"200", b"text/html", "UNKNOWN: content-type b'text/html' is not application/grpc"),
+    ],
+)
+async def test_an_answer_that_is_not_grpc(tmp_path, status, ctype, expected):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        peer.conn.send_headers(sid, [(b":status", status), (b"content-type", ctype)])
+        peer.conn.send_data(sid, b"<html>no</html>", end_stream=True)
+        await peer.flush()
+        await peer.request()
+
+    assert await reason(tmp_path, script) == f"kubelet List failed: {expected}"
+
+
+async def test_oversized_headers_are_refused(tmp_path):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        big = [(b"x-padding-%d" % i, b"v" * 1000) for i in range(40)]  # 40 KiB of headers
+        headers = [(b":status", b"200"), (b"content-type", b"application/grpc"), *big]
+        peer.conn.send_headers(sid, headers)
+        await peer.flush()
+        await peer.request()
+
+    why = await reason(tmp_path, script)
+    assert why.startswith(
+        "kubelet List failed: UNAVAILABLE: the server's answer is not valid HTTP/2"
+    )
+
+
+async def test_a_frame_over_the_frame_size_is_refused(tmp_path):
+    async def script(peer: Peer) -> None:
+        await peer.request()
+        # a DATA frame header announcing 1 MiB on stream 1 (frames are at most 16 KiB here)
+        await peer.raw((1 << 20).to_bytes(3, "big") + b"\0\0" + (1).to_bytes(4, "big"))
+        await peer.raw(b"x" * 4096)
+        await peer.request()
+
+    why = await reason(tmp_path, script)
+    assert why.startswith(
+        "kubelet List failed: UNAVAILABLE: the server's answer is not valid HTTP/2"
+    )
+    assert "a frame of 1048576 bytes; at most 16384 are accepted" in why
+
+
+@pytest.mark.parametrize("kind", ["ping", "settings"])
+async def test_a_control_frame_flood_ends_at_the_byte_bound(tmp_path, monkeypatch, kind):
+    async def script(peer: Peer) -> None:
+        await peer.request()
+        for i in range(100_000):  # 1.7 MB of PINGs or 0.9 MB of SETTINGS, never an answer
+            if kind == "ping":
+                peer.conn.ping(i.to_bytes(8, "big"))
+            else:
+                peer.conn.update_settings({h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: i})
+            if i % 1000 == 999:
+                await peer.flush()
+        await peer.request()
+
+    # a small message bound keeps the test short: the byte bound follows from it
+    monkeypatch.setattr(podresources, "MAX_MESSAGE", 16 * 1024)
+    monkeypatch.setattr(grpcclient, "FRAME_ALLOWANCE_BYTES", 64 * 1024)
+    why = await reason(tmp_path, script, timeout_s=20)
+    assert why == (
+        "kubelet List failed: UNAVAILABLE: the server sent more than 81920 bytes for one call"
+    )
+
+
+async def test_a_server_that_never_answers_meets_the_deadline(tmp_path):
+    async def script(peer: Peer) -> None:
+        await asyncio.sleep(30)  # accepts and stays silent, not even SETTINGS
+
+    started = time.monotonic()
+    why = await reason(tmp_path, script, timeout_s=0.5)
+    assert why == "kubelet List failed: DEADLINE_EXCEEDED: no answer within 0.5 s"
+    assert time.monotonic() - started < 5
+
+
+async def test_a_server_that_closes_mid_message(tmp_path):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        peer.conn.send_headers(sid, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+        peer.conn.send_data(sid, message(ANSWER)[:8])
+        await peer.flush()
+        peer.writer.close()
+
+    why = await reason(tmp_path, script)
+    assert why == "kubelet List failed: UNAVAILABLE: the server closed the connection"
+
+
+async def test_an_idle_connection_closed_by_the_kubelet_is_dialled_again(tmp_path):
+    async def one_answer(peer: Peer) -> None:
+        sid = await peer.request()
+        await peer.answer(sid, message(ANSWER))
+        peer.writer.close()  # e.g. a kubelet restart between two cycles
+
+    async with H2Kubelet(tmp_path / "k.sock", one_answer) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
+        for _ in range(3):
+            assert await client.list_bytes() == ANSWER
+            await asyncio.sleep(0.05)
+        await client.close()
+    assert k.connections == 3
+
+
+async def test_goaway_before_the_call_is_served_dials_again(tmp_path):
+    async def script(peer: Peer) -> None:
+        if len(peer_log) == 0:
+            peer_log.append(peer)
+            await peer.request()
+            peer.conn.close_connection(last_stream_id=0)  # refuses the call: ask elsewhere
+            await peer.flush()
+            return
+        await ok(peer)
+
+    peer_log: list[Peer] = []
+    async with H2Kubelet(tmp_path / "k.sock", script) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
+        assert await client.list_bytes() == ANSWER
+        await client.close()
+    assert k.connections == 2
+
+
+async def test_garbage_is_one_clear_reason_without_a_traceback(tmp_path, inventory, caplog):
+    async def script(peer: Peer) -> None:
+        await peer.reader.read(1024)
+        await peer.raw(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await peer.request()
+
+    gpus, migs = inventory
+    async with H2Kubelet(tmp_path / "k.sock", script):
+        m = Mapper(PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5))
+        with caplog.at_level(logging.DEBUG, logger="exporter"):
+            await m.refresh(gpus.values(), migs.values())
+        await m.client.close()
+    assert m.status.startswith(
+        "kubelet List failed: UNAVAILABLE: the server's answer is not valid HTTP/2"
+    )
+    assert "\n" not in m.status
+    assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
