@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -42,28 +41,6 @@ from typing import Any
 from benchmarks import churn, pods, procs
 
 PYTHON_COMMS = ("python", "python3", "asyncio_", "nvml_", "loop_")
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """Thread ID -> (thread name, CPU seconds) of every thread of ``pid``: the scheduler's
-    on-CPU time in ns (/proc/.../schedstat) where the kernel keeps it, else utime + stime
-    in clock ticks."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        base = f"/proc/{pid}/task/{tid}"
-        try:
-            with open(f"{base}/stat") as f:
-                head, rest = f.read().rsplit(")", 1)
-            try:
-                with open(f"{base}/schedstat") as f:
-                    cpu = int(f.read().split()[0]) / 1e9
-            except (OSError, ValueError, IndexError):
-                fields = rest.split()
-                cpu = (int(fields[11]) + int(fields[12])) * procs.TICK_S
-        except OSError:  # the thread ended meanwhile
-            continue
-        out[int(tid)] = (head.split("(", 1)[1], cpu)
-    return out
 
 
 def group(pid: int, tid: int, comm: str) -> str:
@@ -77,9 +54,9 @@ def group(pid: int, tid: int, comm: str) -> str:
 
 def window(pid: int, seconds: float) -> dict[str, Any]:
     """CPU seconds per thread group and per busy thread over ``seconds``."""
-    a, t0 = thread_cpu(pid), time.monotonic()
+    a, t0 = procs.thread_cpu(pid), time.monotonic()
     time.sleep(seconds)
-    b, elapsed = thread_cpu(pid), time.monotonic() - t0
+    b, elapsed = procs.thread_cpu(pid), time.monotonic() - t0
     groups: dict[str, float] = defaultdict(float)
     threads = []
     for tid, (comm, cpu) in b.items():
