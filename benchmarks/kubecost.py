@@ -40,17 +40,6 @@ from typing import Any
 
 from benchmarks import churn, pods, procs
 
-PYTHON_COMMS = ("python", "python3", "asyncio_", "nvml_", "loop_")
-
-
-def group(pid: int, tid: int, comm: str) -> str:
-    """The thread group of a thread: main, python or native."""
-    if tid == pid:
-        return "main"
-    if comm.startswith(PYTHON_COMMS):
-        return "python"
-    return "native"
-
 
 def window(pid: int, seconds: float) -> dict[str, Any]:
     """CPU seconds per thread group and per busy thread over ``seconds``."""
@@ -61,7 +50,7 @@ def window(pid: int, seconds: float) -> dict[str, Any]:
     threads = []
     for tid, (comm, cpu) in b.items():
         used = cpu - a.get(tid, (comm, 0.0))[1]
-        groups[group(pid, tid, comm)] += used
+        groups[procs.thread_group(pid, tid, comm)] += used
         if used > 0:
             threads.append((used, f"{comm}[{tid}]"))
     gone = sum(cpu for tid, (_, cpu) in a.items() if tid not in b)

@@ -276,20 +276,45 @@ def ours(
     return Exporter(*flags, fleet=fleet, env={"NODE_NAME": "bench-node"}, log=log)
 
 
-def cpu_rate(proc: Process, seconds: float) -> float:
-    """CPU seconds per second the process used over a window of ``seconds``.
+PYTHON_COMMS = ("python", "python3", "asyncio_", "nvml_", "loop_")
+
+
+def thread_group(pid: int, tid: int, comm: str) -> str:
+    """The group of a thread of ``pid``: main (the event loop), python (the other threads
+    Python started: the NVML worker first) or native (started by a C library)."""
+    if tid == pid:
+        return "main"
+    if comm.startswith(PYTHON_COMMS):
+        return "python"
+    return "native"
+
+
+def cpu_rates(proc: Process, seconds: float) -> dict[str, float]:
+    """CPU seconds per second over a window of ``seconds``: the process (``process``) and
+    each :func:`thread_group`.
 
     Summed per thread in ns (:func:`thread_cpu`): the process's own figure moves in clock
     ticks (10 ms), which over a 10 s window is +-2 ms per second, as much as the costs
     compared. A thread that started in the window counts whole; one that both started and
-    ended in it is missed; when one present at the start has ended, the window is read
-    in ticks instead (the exporters measured keep their threads)."""
+    ended in it is missed; when one present at the start has ended, the process rate is
+    read in ticks instead and the groups are left out (the exporters measured keep their
+    threads)."""
     a, c0, t0 = thread_cpu(proc.pid), proc.cpu(), time.monotonic()
     time.sleep(seconds)
     b, c1, elapsed = thread_cpu(proc.pid), proc.cpu(), time.monotonic() - t0
     if not a.keys() <= b.keys():
-        return (c1 - c0) / elapsed
-    return sum(cpu - a.get(tid, ("", 0.0))[1] for tid, (_, cpu) in b.items()) / elapsed
+        return {"process": (c1 - c0) / elapsed}
+    out = {"process": 0.0, "main": 0.0, "python": 0.0, "native": 0.0}
+    for tid, (comm, cpu) in b.items():
+        used = (cpu - a.get(tid, ("", 0.0))[1]) / elapsed
+        out["process"] += used
+        out[thread_group(proc.pid, tid, comm)] += used
+    return out
+
+
+def cpu_rate(proc: Process, seconds: float) -> float:
+    """CPU seconds per second the process used over a window of ``seconds`` (:func:`cpu_rates`)."""
+    return cpu_rates(proc, seconds)["process"]
 
 
 class Prometheus(Process):

@@ -127,7 +127,8 @@ def measure_pods(
             p.wait_http("/ready")
             time.sleep(s.settle_s)
             rss = p.rss()
-            idle = procs.cpu_rate(p, s.cpu_window_s if scrape else s.scale_cpu_window_s)
+            rates = procs.cpu_rates(p, s.cpu_window_s if scrape else s.scale_cpu_window_s)
+            idle = rates["process"]
             plain, gzipped = bodies(p)
             if scrape:
                 configs = [(10, True), (10, False)]
@@ -137,6 +138,7 @@ def measure_pods(
         "pods": n,
         "rss_mib": rss,
         "cpu_1s": idle,
+        "cpu_groups_1s": rates,
         "series": int(float(m.group(1))) if m else None,
         "attributed": churn._attributed(plain),
         "plain_bytes": len(plain),
@@ -165,7 +167,8 @@ def measure_process(
         p.wait_http("/ready")
         time.sleep(s.settle_s)
         rss = p.rss()
-        idle = procs.cpu_rate(p, s.cpu_window_s if target else s.scale_cpu_window_s)
+        rates = procs.cpu_rates(p, s.cpu_window_s if target else s.scale_cpu_window_s)
+        idle = rates["process"]
         if target:
             configs = [(n, gz) for n in s.scrapers for gz in (True, False)]
             load = (s.requests, s.spread_s, s.repeats)
@@ -185,6 +188,7 @@ def measure_process(
         "rss_mib": rss,
         "rss_after_scrapes_mib": rss_after,
         "cpu_1s": idle,
+        "cpu_groups_1s": rates,
         "scrapes": rows,
     }
     if floor is not None:
@@ -258,6 +262,14 @@ def run(
             "benchmarks.cycle", str(paths[c.name]), "--cycles", str(s.cycles), "--warmup",
             str(s.warmup),
         )  # fmt: skip
+
+    # The pods' share of the worker thread: the publish with pod labels, against without.
+    n = s.pod_counts[0]
+    log(f"publish in-process, {target.name}, without and with {n} pods")
+    res["publish"] = {
+        str(k): _child("benchmarks.publish", str(paths[target.name]), "--pods", str(k))
+        for k in (0, n)
+    }
 
     log("exporter processes, per fleet")
     res["process"] = {}
