@@ -281,7 +281,6 @@ def run(
     res["pods"] = {
         str(n): measure_pods(target, paths[target.name], n, work, s, log) for n in s.pod_counts
     }
-    n = s.pod_counts[0]
     log(f"scale curve: exporter processes with -k and {n} pods, per fleet")
     res["scale_pods"] = {
         c.name: measure_pods(c, paths[c.name], n, work, s, log, scrape=False) for c in cases

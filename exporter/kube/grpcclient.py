@@ -150,7 +150,7 @@ class _Answer:
         self.ended = False
         self.consumed = 0  # flow-controlled bytes received, handed back after the call
 
-    def on(self, ev: h2.events.Event, conn: h2.connection.H2Connection) -> None:
+    def on(self, ev: h2.events.Event) -> None:
         """Take in one h2 event; raises on an answer that cannot be accepted."""
         if getattr(ev, "stream_id", self.stream_id) != self.stream_id:
             return  # frames of a stream this client never opened are h2's to refuse
@@ -360,7 +360,7 @@ class Channel:
                 f"the server's answer is not valid HTTP/2 ({type(e).__name__}: {why})", True
             ) from None
         for ev in events:
-            answer.on(ev, conn)
+            answer.on(ev)
 
     def _drop(self) -> None:
         if self._writer is not None:
