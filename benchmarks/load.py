@@ -8,14 +8,16 @@ time counts in the latency because a real scraper pays it too.
 
 A *round* fires one request on every scraper at the same instant, so with N
 scrapers each request waits behind the others: the burst a node sees when N
-Prometheus servers scrape it at once. Rounds are spread over a few seconds so
-they land at every phase of the exporter's collection cycle.
+Prometheus servers scrape it at once. Rounds are spread over a few seconds, one at a
+random point of each equal slot, so they land at every phase of the exporter's
+collection cycle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -105,20 +107,24 @@ async def _run(
     latencies: list[float] = []
     size = 0
     gap = spread_s / rounds
+    phase = random.Random()
     t_start = time.perf_counter()
     try:
         # One untimed round opens the connections.
         await asyncio.gather(*(c.get() for c in clients))
-        next_at = time.perf_counter()
-        for _ in range(rounds):
+        start = time.perf_counter()
+        for k in range(rounds):
+            # Each round starts at a random point of its own slot of the spread: rounds a
+            # fixed gap apart would meet a 1 s cycle at one phase only (a 40 ms gap sees
+            # the same 25 phases every second), so a run would either always or never
+            # meet the collection.
+            delay = start + (k + phase.random()) * gap - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
             results = await asyncio.gather(*(c.get() for c in clients))
             for lat, n in results:
                 latencies.append(lat)
                 size = n
-            next_at += gap
-            delay = next_at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
     finally:
         await asyncio.gather(*(c.close() for c in clients))
     return LoadResult(

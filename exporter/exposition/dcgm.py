@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.catalog import Catalog, MetricSpec
+from exporter.cpushare import offer
 from exporter.exposition import columns, text
 from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
@@ -276,6 +277,7 @@ def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[lis
     reuse = reuse or Reuse()
     reuse.start(*joined)
     for spec in catalog.metrics:
+        offer()
         fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
         if fn is None or (fn is per_process and fr.virtual is None):
             body, n = reuse.family(spec, _scope(spec, joined))

@@ -21,6 +21,7 @@ from typing import Any
 
 import pynvml as N
 
+from exporter.cpushare import offer
 from exporter.nvml.fields import Call
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,7 @@ class Session:
 
     def call(self, call: Call, handle: Any = None) -> Any:
         """Run one NVML call (falling back to ``call.fallback`` if the driver lacks it)."""
+        offer()
         fn = getattr(N, call.function)
         try:
             if call.system:
@@ -121,6 +123,7 @@ class Session:
         the MIG device index space, a wait that timed out): for those the result
         is None and nothing is counted.
         """
+        offer()
         try:
             return getattr(N, function)(*args)
         except N.NVMLError as e:
@@ -137,6 +140,7 @@ class Session:
         is counted and raised exactly as :meth:`run` does, and for ``empty``
         codes the answer is False and nothing is counted.
         """
+        offer()
         try:
             ret = N._nvmlGetFunctionPointer(function)(*args)
         except N.NVMLError as e:  # the library is not loaded or lacks the function
