@@ -157,8 +157,8 @@ def scrapes(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
     add("")
     add(
         "N scrapers, each on its own keep-alive connection, fire at the same instant; "
-        "rounds are spread over "
-        f"{res['sizes']['spread_s']:g} s so they meet every phase of the 1 s collection cycle. "
+        f"rounds are spread over {res['sizes']['spread_s']:g} s, each at a random point of its "
+        "own slot, so they meet every phase of the 1 s collection cycle. "
         f"Each configuration runs {res['sizes'].get('repeats', 1)} times; the row is the run "
         "with the median p99 (all p99s in the last column). "
         "Latency is from sending the request to the last body byte, measured by the client "
