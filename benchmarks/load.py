@@ -91,6 +91,7 @@ class LoadResult:
     max: float
     body_bytes: int
     seconds: float  # wall time of the run
+    latencies: tuple[float, ...] = ()  # every scrape's, in order
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -136,6 +137,7 @@ async def _run(
         max=max(latencies),
         body_bytes=size,
         seconds=time.perf_counter() - t_start,
+        latencies=tuple(latencies),
     )
 
 

@@ -166,8 +166,8 @@ def scrapes(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
         "process's CPU per scrape, less its idle rate. The floor server (benchmarks/floor.py) "
         "serves the same bytes with nothing but a socket write: the part of the latency no "
         "exporter change can remove. It takes turns with the exporter, one run each per "
-        "repeat, so both see the same machine load; the ratios are the median over repeats "
-        "of exporter / floor."
+        "repeat, so both see the same machine load; the ratios compare the scrapes of all "
+        "repeats pooled (exporter / floor)."
     )
     add("")
     add(

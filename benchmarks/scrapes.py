@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import procs
-from benchmarks.load import LoadResult, scrape_load
+from benchmarks.load import LoadResult, percentile, scrape_load
 from benchmarks.procs import Process
 
 
@@ -44,6 +44,11 @@ def load_row(r: LoadResult, cpu_per_scrape: float | None) -> dict[str, Any]:
         "bytes": r.body_bytes,
         "server_cpu_us": None if cpu_per_scrape is None else cpu_per_scrape * 1e6,
     }
+
+
+def pooled(runs: list[LoadResult], q: float) -> float:
+    """The q-th percentile of every scrape of ``runs`` together (seconds)."""
+    return percentile([x for r in runs for x in r.latencies], q)
 
 
 def _median_row(runs: list[LoadResult], cpu_per_scrape: float | None) -> dict[str, Any]:
@@ -92,7 +97,9 @@ def paired(
     """Exporter and floor rows per (scrapers, gzip), each repeat one run of each in turn.
 
     load: (requests per configuration, spread seconds, repeats). Exporter rows
-    carry `p50_ratio` and `p99_ratio`: the median over repeats of exporter / floor.
+    carry `p50_ratio` and `p99_ratio`: exporter / floor over the scrapes of all repeats
+    pooled, so a slow round in any repeat counts and the p99 rests on three times the
+    scrapes; `*_ratio_median` is the median of the per-repeat ratios.
     """
     requests, spread, repeats = load
     ours_rows, floor_rows = [], []
@@ -106,11 +113,15 @@ def paired(
             cpu += proc.cpu() - c0 - idle_rate * (time.monotonic() - t0)
             floor.append(scrape_load(floor_port, n, requests // repeats, spread, gz))
         row = _median_row(ours, max(cpu, 0.0) / sum(r.requests for r in ours))
-        for stat in ("p50", "p99"):
+        floor_row = _median_row(floor, None)
+        for stat, q in (("p50", 50), ("p99", 99)):
+            row[f"{stat}_pooled_ms"] = pooled(ours, q) * 1e3
+            floor_row[f"{stat}_pooled_ms"] = pooled(floor, q) * 1e3
+            row[f"{stat}_ratio"] = pooled(ours, q) / pooled(floor, q)
             ratios = [getattr(o, stat) / getattr(f, stat) for o, f in zip(ours, floor, strict=True)]
-            row[f"{stat}_ratio"] = statistics.median(ratios)
+            row[f"{stat}_ratio_median"] = statistics.median(ratios)
         ours_rows.append(row)
-        floor_rows.append(_median_row(floor, None))
+        floor_rows.append(floor_row)
     return ours_rows, floor_rows
 
 
