@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import procs
-from benchmarks.load import _Scraper, percentile
+from benchmarks.load import Scraper, paced, percentile
 
 
 def worker_tid(pid: int, seconds: float = 3.0) -> int:
@@ -44,16 +43,11 @@ def _cpu_ns(path: str) -> int:
 
 
 async def _rounds(port: int, scrapers: int, rounds: int, gap: float, stat: str) -> list[Any]:
-    clients = [_Scraper("127.0.0.1", port, "/metrics", True) for _ in range(scrapers)]
+    clients = [Scraper("127.0.0.1", port, "/metrics", True) for _ in range(scrapers)]
     out = []
-    phase = random.Random()
     try:
         await asyncio.gather(*(c.get() for c in clients))  # opens the connections
-        start = time.perf_counter()
-        for k in range(rounds):
-            delay = start + (k + phase.random()) * gap - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for _ in paced(rounds, gap):
             before = _cpu_ns(stat)
             results = await asyncio.gather(*(c.get() for c in clients))
             met = _cpu_ns(stat) > before

@@ -20,6 +20,7 @@ import contextlib
 import random
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 
@@ -27,7 +28,7 @@ class ScrapeError(RuntimeError):
     """A scrape did not return 200 with a body."""
 
 
-class _Scraper:
+class Scraper:
     def __init__(self, host: str, port: int, path: str, gzip: bool) -> None:
         self.host, self.port = host, port
         enc = "Accept-Encoding: gzip\r\n" if gzip else ""
@@ -101,27 +102,32 @@ def percentile(values: list[float], q: float) -> float:
     return s[k]
 
 
+async def paced(rounds: int, gap: float) -> AsyncIterator[int]:
+    """0 to rounds - 1, each when its round is due: at a random point of its own slot of
+    ``gap`` seconds. Rounds a fixed gap apart would meet a 1 s cycle at one phase only (a
+    40 ms gap comes back to the same 25 phases every second), so a run would meet the
+    collection either every time or never."""
+    phase = random.Random()
+    start = time.perf_counter()
+    for k in range(rounds):
+        delay = start + (k + phase.random()) * gap - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield k
+
+
 async def _run(
     port: int, scrapers: int, rounds: int, spread_s: float, gzip: bool, path: str
 ) -> LoadResult:
-    clients = [_Scraper("127.0.0.1", port, path, gzip) for _ in range(scrapers)]
+    clients = [Scraper("127.0.0.1", port, path, gzip) for _ in range(scrapers)]
     latencies: list[float] = []
     size = 0
     gap = spread_s / rounds
-    phase = random.Random()
     t_start = time.perf_counter()
     try:
         # One untimed round opens the connections.
         await asyncio.gather(*(c.get() for c in clients))
-        start = time.perf_counter()
-        for k in range(rounds):
-            # Each round starts at a random point of its own slot of the spread: rounds a
-            # fixed gap apart would meet a 1 s cycle at one phase only (a 40 ms gap sees
-            # the same 25 phases every second), so a run would either always or never
-            # meet the collection.
-            delay = start + (k + phase.random()) * gap - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        async for _ in paced(rounds, gap):
             results = await asyncio.gather(*(c.get() for c in clients))
             for lat, n in results:
                 latencies.append(lat)
@@ -143,7 +149,7 @@ async def _run(
 
 async def fetch(port: int, gzip: bool, path: str = "/metrics") -> tuple[int, int]:
     """One scrape on a fresh connection: (200, body bytes); raises ScrapeError otherwise."""
-    client = _Scraper("127.0.0.1", port, path, gzip)
+    client = Scraper("127.0.0.1", port, path, gzip)
     try:
         _, size = await client.get()
     finally:
