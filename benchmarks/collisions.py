@@ -26,6 +26,8 @@ from typing import Any
 from benchmarks import procs
 from benchmarks.load import Scraper, paced, percentile
 
+GAP_S = 0.037  # each round's slot; it starts at a random point of it (load.paced)
+
 
 def worker_tid(pid: int, seconds: float = 3.0) -> int:
     """The thread of ``pid`` (not the main one) that used the most CPU over ``seconds``:
@@ -76,7 +78,7 @@ def measure(fleet: Path, interval_ms: int, rounds: int, scrapers: int) -> dict[s
         ours.wait_http("/ready")
         tid = worker_tid(ours.pid)
         stat = f"/proc/{ours.pid}/task/{tid}/schedstat"
-        got = asyncio.run(_rounds(ours.port, scrapers, rounds, 0.037, stat))
+        got = asyncio.run(_rounds(ours.port, scrapers, rounds, GAP_S, stat))
     met = [lat for m, lats in got if m for lat in lats]
     other = [lat for m, lats in got if not m for lat in lats]
     return {

@@ -86,13 +86,25 @@ class LoadResult:
 
     scrapers: int
     gzip: bool
-    requests: int
-    p50: float
-    p99: float
-    max: float
     body_bytes: int
     seconds: float  # wall time of the run
-    latencies: tuple[float, ...] = ()  # every scrape's, in order
+    latencies: tuple[float, ...]  # every scrape's, in order
+
+    @property
+    def requests(self) -> int:
+        return len(self.latencies)
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.latencies)
+
+    @property
+    def p99(self) -> float:
+        return percentile(list(self.latencies), 99)
+
+    @property
+    def max(self) -> float:
+        return max(self.latencies)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -137,10 +149,6 @@ async def _run(
     return LoadResult(
         scrapers=scrapers,
         gzip=gzip,
-        requests=len(latencies),
-        p50=statistics.median(latencies),
-        p99=percentile(latencies, 99),
-        max=max(latencies),
         body_bytes=size,
         seconds=time.perf_counter() - t_start,
         latencies=tuple(latencies),

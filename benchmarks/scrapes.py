@@ -115,9 +115,9 @@ def paired(
         row = _median_row(ours, max(cpu, 0.0) / sum(r.requests for r in ours))
         floor_row = _median_row(floor, None)
         for stat, q in (("p50", 50), ("p99", 99)):
-            row[f"{stat}_pooled_ms"] = pooled(ours, q) * 1e3
-            floor_row[f"{stat}_pooled_ms"] = pooled(floor, q) * 1e3
-            row[f"{stat}_ratio"] = pooled(ours, q) / pooled(floor, q)
+            mine, base = pooled(ours, q), pooled(floor, q)
+            row[f"{stat}_pooled_ms"], floor_row[f"{stat}_pooled_ms"] = mine * 1e3, base * 1e3
+            row[f"{stat}_ratio"] = mine / base
             ratios = [getattr(o, stat) / getattr(f, stat) for o, f in zip(ours, floor, strict=True)]
             row[f"{stat}_ratio_median"] = statistics.median(ratios)
         ours_rows.append(row)

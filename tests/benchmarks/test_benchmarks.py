@@ -183,37 +183,31 @@ def test_default_fleet_targets_when_measured(quick_run):
     assert "RSS ≤ 48 MiB, default fleet" in rows
 
 
-def test_publish_benchmark_renders_with_the_pods_it_was_given():
-    fleet = "exporter/sim/fleets/default.yaml"
+def _bench(module: str, *args: str) -> dict:
+    """The JSON a benchmark module prints, run as a user runs it on the default fleet."""
     got = subprocess.run(
-        [sys.executable, "-m", "benchmarks.publish", fleet, "--pods", "3", "--batches", "1"],
+        [sys.executable, "-m", module, "exporter/sim/fleets/default.yaml", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert got.returncode == 0, got.stderr[-3000:]
-    res = json.loads(got.stdout)
+    return json.loads(got.stdout)
+
+
+def test_publish_benchmark_renders_with_the_pods_it_was_given():
+    res = _bench("benchmarks.publish", "--pods", "3", "--batches", "1")
     assert res["pods"] == 3 and res["render_ms"] > 0 and res["build_ms"] > 0
     assert 0 < res["gzip_bytes"] < res["plain_bytes"]
-
-
-FAST_COLLISIONS = ("--interval-ms", "100", "--rounds", "150", "--scrapers", "2")
 
 
 def test_collisions_benchmark_tells_rounds_that_met_a_cycle_from_the_others():
     """At a 100 ms interval, cycles on the default fleet meet some of 150 rounds; the
     NVML worker found by its CPU is the thread whose time moves then."""
-    fleet = "exporter/sim/fleets/default.yaml"
-    got = subprocess.run(
-        [sys.executable, "-m", "benchmarks.collisions", fleet, *FAST_COLLISIONS],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    res = _bench(
+        "benchmarks.collisions", "--interval-ms", "100", "--rounds", "150", "--scrapers", "2"
     )
-    assert got.returncode == 0, got.stderr[-3000:]
-    res = json.loads(got.stdout)
     met, other = res["met_cycle"], res["other"]
     assert met["rounds"] > 0 and other["rounds"] > 0
     assert met["rounds"] + other["rounds"] == 150
