@@ -5,8 +5,8 @@
 An asyncio Protocol that answers every request on a keep-alive connection
 with one of two pre-built responses (the gzip one when the request accepts
 gzip), parsing nothing but that header and the blank line that ends a
-request. Scraped by the same client in turn with gpu-exporter, the same
-bytes in the same run, it shows how much of a scrape's latency this machine,
+request. Scraped by the same client in the same run as gpu-exporter, their
+rounds taking turns, with the same bytes, it shows how much of a scrape's latency this machine,
 its kernel and the client take whatever the server does: the part no
 exporter change can remove.
 """

@@ -129,30 +129,32 @@ async def paced(rounds: int, gap: float) -> AsyncIterator[int]:
 
 
 async def _run(
-    port: int, scrapers: int, rounds: int, spread_s: float, gzip: bool, path: str
-) -> LoadResult:
-    clients = [Scraper("127.0.0.1", port, path, gzip) for _ in range(scrapers)]
-    latencies: list[float] = []
-    size = 0
-    gap = spread_s / rounds
+    ports: list[int], scrapers: int, rounds: int, spread_s: float, gzip: bool, path: str
+) -> list[LoadResult]:
+    """``rounds`` rounds on each port, taking turns: each slot is split into one part per
+    port, the order turning by one each slot, and a port's round fires at a random point of
+    its part. A run that takes turns with another server within every slot shares with it
+    whatever else the machine is doing at the time, which seconds-long runs in turn do not."""
+    m = len(ports)
+    clients = [[Scraper("127.0.0.1", port, path, gzip) for _ in range(scrapers)] for port in ports]
+    latencies: list[list[float]] = [[] for _ in ports]
+    size = [0] * m
     t_start = time.perf_counter()
     try:
-        # One untimed round opens the connections.
-        await asyncio.gather(*(c.get() for c in clients))
-        async for _ in paced(rounds, gap):
-            results = await asyncio.gather(*(c.get() for c in clients))
+        # One untimed round per port opens the connections.
+        for group in clients:
+            await asyncio.gather(*(c.get() for c in group))
+        async for j in paced(rounds * m, spread_s / rounds / m):
+            slot, part = divmod(j, m)
+            i = (part + slot) % m
+            results = await asyncio.gather(*(c.get() for c in clients[i]))
             for lat, n in results:
-                latencies.append(lat)
-                size = n
+                latencies[i].append(lat)
+                size[i] = n
     finally:
-        await asyncio.gather(*(c.close() for c in clients))
-    return LoadResult(
-        scrapers=scrapers,
-        gzip=gzip,
-        body_bytes=size,
-        seconds=time.perf_counter() - t_start,
-        latencies=tuple(latencies),
-    )
+        await asyncio.gather(*(c.close() for group in clients for c in group))
+    seconds = time.perf_counter() - t_start
+    return [LoadResult(scrapers, gzip, size[i], seconds, tuple(latencies[i])) for i in range(m)]
 
 
 async def fetch(port: int, gzip: bool, path: str = "/metrics") -> tuple[int, int]:
@@ -175,4 +177,13 @@ def scrape_load(
 ) -> LoadResult:
     """Run about `requests` scrapes (at least 5 rounds) in rounds of `scrapers` at once."""
     rounds = max(5, requests // scrapers)
-    return asyncio.run(_run(port, scrapers, rounds, spread_s, gzip, path))
+    return asyncio.run(_run([port], scrapers, rounds, spread_s, gzip, path))[0]
+
+
+def scrape_pair(
+    ports: tuple[int, int], scrapers: int, requests: int, spread_s: float, gzip: bool
+) -> tuple[LoadResult, LoadResult]:
+    """``scrape_load`` on two servers at once, their rounds taking turns within each slot."""
+    rounds = max(5, requests // scrapers)
+    a, b = asyncio.run(_run(list(ports), scrapers, rounds, spread_s, gzip, "/metrics"))
+    return a, b

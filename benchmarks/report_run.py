@@ -165,9 +165,9 @@ def scrapes(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
         "(benchmarks/load.py), which shares the machine's cores. *server CPU* is the exporter "
         "process's CPU per scrape, less its idle rate. The floor server (benchmarks/floor.py) "
         "serves the same bytes with nothing but a socket write: the part of the latency no "
-        "exporter change can remove. It takes turns with the exporter, one run each per "
-        "repeat, so both see the same machine load; the ratios compare the scrapes of all "
-        "repeats pooled (exporter / floor)."
+        "exporter change can remove. It shares each run with the exporter, their rounds "
+        "taking turns within every slot, so both see the same machine load; the ratios "
+        "compare the scrapes of all repeats pooled (exporter / floor)."
     )
     add("")
     add(

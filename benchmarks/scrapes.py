@@ -8,10 +8,11 @@ runs the floor comparison alone for one configuration (the full suite runs it fo
 measure one change to the scrape path at a time.
 
 The floor comparison scrapes gpu-exporter and the floor server
-(benchmarks/floor.py, serving the exporter's own plain and gzip bytes) in
-turn, one run each per repeat, with the same client: both see the same
-machine load, so their ratio says how far the exporter is from what the
-machine, kernel and client allow.
+(benchmarks/floor.py, serving the exporter's own plain and gzip bytes) with
+the same client in one run per repeat, their rounds taking turns within each
+slot of the run (``load.scrape_pair``): both see the same machine load, so
+their ratio says how far the exporter is from what the machine, kernel and
+client allow.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import procs
-from benchmarks.load import LoadResult, percentile, scrape_load
+from benchmarks.load import LoadResult, percentile, scrape_load, scrape_pair
 from benchmarks.procs import Process
 
 
@@ -94,7 +95,7 @@ def paired(
     proc: Process,
     idle_rate: float,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Exporter and floor rows per (scrapers, gzip), each repeat one run of each in turn.
+    """Exporter and floor rows per (scrapers, gzip); in each repeat their rounds take turns.
 
     load: (requests per configuration, spread seconds, repeats). Exporter rows
     carry `p50_ratio` and `p99_ratio`: exporter / floor over the scrapes of all repeats
@@ -109,9 +110,10 @@ def paired(
         cpu = 0.0
         for _ in range(repeats):
             c0, t0 = proc.cpu(), time.monotonic()
-            ours.append(scrape_load(port, n, requests // repeats, spread, gz))
+            mine, base = scrape_pair((port, floor_port), n, requests // repeats, spread, gz)
             cpu += proc.cpu() - c0 - idle_rate * (time.monotonic() - t0)
-            floor.append(scrape_load(floor_port, n, requests // repeats, spread, gz))
+            ours.append(mine)
+            floor.append(base)
         row = _median_row(ours, max(cpu, 0.0) / sum(r.requests for r in ours))
         floor_row = _median_row(floor, None)
         for stat, q in (("p50", 50), ("p99", 99)):
@@ -143,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("fleet", type=Path, help="fleet YAML file")
     p.add_argument("--scrapers", type=int, default=10)
     p.add_argument("--plain", action="store_true", help="no Accept-Encoding: gzip")
-    p.add_argument("--repeats", type=int, default=7, help="runs of each server, in turn")
+    p.add_argument("--repeats", type=int, default=7, help="runs, each of both servers")
     p.add_argument("--requests", type=int, default=500, help="per run")
     p.add_argument("--interval-ms", type=int, default=1000, help="the exporter's -c")
     p.add_argument("flags", nargs="*", help="more exporter flags (after --)")

@@ -177,7 +177,7 @@ def measure_process(
             load = (s.scale_requests, s.spread_s, 1)
         log(f"  {case.name}: scrapes {configs}")
         if target:
-            # The floor server takes turns with the exporter: same bytes, client, machine load.
+            # The floor server shares each run with the exporter: same bytes, client, machine load.
             plain, gzipped = bodies(p)
             with floor_server(work, plain, gzipped) as floor_port:
                 rows, floor = paired(p.port, floor_port, configs, load, p, idle)

@@ -117,7 +117,7 @@ def targets(res: dict[str, Any], d: dict[str, Any]) -> list[tuple[str, str, bool
             (
                 f"scrape p99 ≤ {FLOOR_RATIO:g}x the bare-server floor, 10 gzip scrapers",
                 f"p99 {r['p99_ratio']:.2f}x, p50 {r['p50_ratio']:.2f}x the floor server's "
-                "over the scrapes of all repeats (same bytes and client, runs in turn)"
+                "over the scrapes of all repeats (same bytes, client and runs, rounds in turn)"
                 + (
                     f"; median of the per-repeat p99 ratios {r['p99_ratio_median']:.2f}x"
                     if "p99_ratio_median" in r

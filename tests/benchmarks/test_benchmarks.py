@@ -212,3 +212,20 @@ def test_collisions_benchmark_tells_rounds_that_met_a_cycle_from_the_others():
     assert met["rounds"] > 0 and other["rounds"] > 0
     assert met["rounds"] + other["rounds"] == 150
     assert 0 < met["p50_ms"] <= met["max_ms"]
+
+
+def test_paired_runs_give_each_server_its_own_rounds(tmp_path):
+    """Two floor servers with different bodies share one run: each result holds its own
+    server's scrapes (by their body size), as many for both."""
+    from benchmarks.load import scrape_pair
+    from benchmarks.scrapes import floor_server
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        floor_server(tmp_path / "a", b"a" * 100, b"A" * 10) as port_a,
+        floor_server(tmp_path / "b", b"b" * 300, b"B" * 30) as port_b,
+    ):
+        a, b = scrape_pair((port_a, port_b), 3, 30, 0.2, False)
+    assert (a.requests, b.requests) == (30, 30)
+    assert (a.body_bytes, b.body_bytes) == (100, 300)
