@@ -6,6 +6,7 @@ from typing import Any
 
 from benchmarks import scale
 from benchmarks.mdfmt import Add, _f, _growth, _kib, _net, _pod_rows, _row, _scrape
+from benchmarks.targets import peer_neighbour
 
 
 def memory(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
@@ -238,7 +239,7 @@ def peer(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
 
 def _peer_section(add: Any, res: dict[str, Any], p: dict[str, Any], d: dict[str, Any]) -> None:
     t = res["target"]
-    ours_c, ours_p = res["cycle"][t], res["process"][t]
+    ours_c, ours_p = peer_neighbour(res), res["process"][t]
     pc = p["cycle"]
     add(
         "Same simulated driver, same fleet, same latency model, same client. nvitop-exporter "

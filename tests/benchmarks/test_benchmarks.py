@@ -63,6 +63,9 @@ def test_quick_run_measures_what_the_issue_lists(quick_run):
     assert cycle["series"] > 0 and cycle["nvml_calls"] > 0
     assert 0 < cycle["gzip_bytes"] < cycle["plain_bytes"]
     assert cycle["cycle_cpu_ms"] > 0 and cycle["modelled_driver_ms"] > 0
+    # the target node's cycle is measured three times over the run; its row is the least
+    runs = res["cycle_target_runs"]
+    assert len(runs) == 3 and cycle["net_ms"] == min(r["net_ms"] for r in runs)
     proc = res["process"][target]
     assert proc["rss_mib"] > 0
     got = {(r["scrapers"], r["gzip"]) for r in proc["scrapes"]}
