@@ -77,7 +77,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
     )
     attribution = None
     if cfg.kube is not None:
-        from exporter.kube.attribution import Attribution  # loads h2: only with -k
+        from exporter.kube.attribution import Attribution  # loads hpack: only with -k
 
         attribution = Attribution(cfg.kube)
     collector = Collector(

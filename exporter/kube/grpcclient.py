@@ -1,4 +1,4 @@
-"""Unary gRPC calls over HTTP/2 cleartext on a unix socket, on the pure-Python h2.
+"""Unary gRPC calls over HTTP/2 cleartext on a unix socket.
 
 The kubelet's pod-resources server is Go gRPC speaking HTTP/2 with prior
 knowledge (no TLS, no upgrade). A unary call is one HTTP/2 stream: request
@@ -8,21 +8,21 @@ connection, reused across calls and dialled again once it breaks; one call at
 a time; every call bounded in time (the caller's deadline covers connect and
 call) and in bytes read (``max_message`` plus a small allowance), so a broken
 or hostile server can neither stall nor grow the exporter.
+
+HTTP/2 is framed by exporter/kube/http2.py; this module adds gRPC's meaning
+(status, trailers, the length-prefixed message), the socket and the deadline.
+An answer this client cannot take ends the connection with one reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 from urllib.parse import unquote
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-
 from exporter import __version__
+from exporter.kube import http2
 
 CODES = (
     "OK",
@@ -61,14 +61,13 @@ HTTP_CODES = {
 # RST_STREAM error codes (RFC 9113) whose gRPC meaning is not INTERNAL
 RESET_CODES = {7: "UNAVAILABLE", 8: "CANCELLED", 11: "RESOURCE_EXHAUSTED", 12: "PERMISSION_DENIED"}
 
-USER_AGENT = f"gpu-exporter/{__version__} (h2 unary gRPC client)"
+USER_AGENT = f"gpu-exporter/{__version__} (unary gRPC client)"
 MAX_HEADER_LIST_BYTES = 16 * 1024
 """Largest header (and trailer) list accepted (bytes, as HPACK counts them)."""
 FRAME_ALLOWANCE_BYTES = 256 * 1024
 """Bytes a call may read besides the answer message: frame headers, HTTP/2 settings and
 PINGs, response headers and trailers (a well-behaved answer needs a few KiB)."""
 READ_CHUNK = 64 * 1024
-DEFAULT_WINDOW = 65_535  # RFC 9113's initial flow-control window, connection and stream
 
 
 class CallError(Exception):
@@ -98,38 +97,6 @@ class _Broken(Exception):
         self.unprocessed = unprocessed
 
 
-class _FrameSizes:
-    """Follows frame boundaries in the bytes read, to refuse a frame longer than
-    ``limit`` from its 9-byte header (h2 checks only once the whole frame is buffered)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._head = b""
-        self._skip = 0  # bytes of the current frame's payload still to come
-
-    def check(self, data: bytes) -> None:
-        """Take in the next bytes read; raises _Broken at an oversized frame header."""
-        pos = 0
-        while pos < len(data):
-            if self._skip:
-                step = min(self._skip, len(data) - pos)
-                self._skip -= step
-                pos += step
-                continue
-            take = 9 - len(self._head)
-            self._head += data[pos : pos + take]
-            pos += take
-            if len(self._head) == 9:
-                self._skip = int.from_bytes(self._head[:3], "big")
-                self._head = b""
-                if self._skip > self.limit:
-                    raise _Broken(
-                        "the server's answer is not valid HTTP/2 (a frame of "
-                        f"{self._skip} bytes; at most {self.limit} are accepted)",
-                        True,
-                    )
-
-
 def grpc_timeout(seconds: float) -> str:
     """A deadline as the ``grpc-timeout`` header spells it (at most 8 digits and a unit)."""
     ms = max(1, round(seconds * 1000))
@@ -148,37 +115,45 @@ class _Answer:
         self.length = -1  # the message length its prefix announced
         self.started = False
         self.ended = False
-        self.consumed = 0  # flow-controlled bytes received, handed back after the call
+        self.grpc = False  # a 200 answer of content-type application/grpc*
+        self.closing = False  # a GOAWAY arrived: the next call dials again
 
-    def on(self, ev: h2.events.Event) -> None:
-        """Take in one h2 event; raises on an answer that cannot be accepted."""
-        if getattr(ev, "stream_id", self.stream_id) != self.stream_id:
-            return  # frames of a stream this client never opened are h2's to refuse
-        if isinstance(ev, h2.events.ResponseReceived):
+    def header_list(self, fields: list[Any], end_stream: bool) -> None:
+        """Take in a decoded header list: the answer's headers, then its trailers."""
+        pseudo = [(k, v) for k, v in fields if k[:1] == b":"]
+        if any(k != k.lower() for k, _ in fields):
+            raise http2.Invalid("a header name in upper case")
+        if not self.started:
+            if pseudo != fields[: len(pseudo)] or [k for k, _ in pseudo] != [b":status"]:
+                raise http2.Invalid("the answer's headers need exactly one :status, first")
+            status = pseudo[0][1]
+            if len(status) != 3 or not status.isdigit():
+                raise http2.Invalid("a :status that is not three digits")
+            if status[:1] == b"1":
+                if end_stream:
+                    raise http2.Invalid("an informational answer that ends the stream")
+                return  # informational (1xx): the answer's headers are still to come
             self.started = True
-            self.headers = dict(ev.headers or [])
-        elif isinstance(ev, h2.events.DataReceived):
-            self.consumed += ev.flow_controlled_length or 0
-            if self.headers.get(b":status") == b"200" and self._grpc():
-                self._data(ev.data or b"")  # any other body is not gRPC: not kept
-        elif isinstance(ev, h2.events.TrailersReceived):
-            self.trailers = dict(ev.headers or [])
-        elif isinstance(ev, h2.events.StreamEnded):
-            self.ended = True
-        elif isinstance(ev, h2.events.StreamReset):
-            code = RESET_CODES.get(int(ev.error_code or 0), "INTERNAL")
-            raise CallError(code, f"the server reset the call (HTTP/2 error {ev.error_code})")
-        elif isinstance(ev, h2.events.ConnectionTerminated):
-            code = getattr(ev.error_code, "name", str(ev.error_code))
-            unprocessed = (ev.last_stream_id or 0) < self.stream_id
-            raise _Broken(
-                f"the server closed the connection (GOAWAY {code})", self.started, unprocessed
+            self.headers = dict(fields)
+            self.grpc = status == b"200" and self.headers.get(b"content-type", b"").startswith(
+                b"application/grpc"
             )
+        elif self.trailers or not end_stream:
+            raise http2.Invalid("a header block after the answer's headers that does not end it")
+        elif pseudo:
+            raise http2.Invalid("a pseudo-header in the trailers")
+        else:
+            self.trailers = dict(fields)
+        self.ended = end_stream
 
-    def _grpc(self) -> bool:
-        return self.headers.get(b"content-type", b"").startswith(b"application/grpc")
-
-    def _data(self, data: bytes) -> None:
+    def data(self, data: bytes, end_stream: bool) -> None:
+        """Take in the payload of one DATA frame; raises on an answer that cannot be
+        accepted (a body that is not gRPC is not kept)."""
+        if not self.started or self.trailers:
+            raise http2.Invalid("DATA outside the answer's body")
+        self.ended = end_stream
+        if not self.grpc:
+            return
         self.body += data
         if self.length < 0 and len(self.body) >= 5:
             if self.body[0] != 0:
@@ -189,13 +164,27 @@ class _Answer:
         if self.length >= 0 and len(self.body) > 5 + self.length:
             raise AnswerInvalid("the answer holds more than one message")
 
+    def reset(self, code: int) -> None:
+        """The server reset the call's stream (RST_STREAM)."""
+        raise CallError(
+            RESET_CODES.get(code, "INTERNAL"),
+            f"the server reset the call (HTTP/2 error {http2.error_name(code)})",
+        )
+
+    def goaway(self, last_stream_id: int, code: int) -> None:
+        """The server is closing the connection (GOAWAY); an answer already whole is kept."""
+        self.closing = True
+        if not self.ended:
+            why = f"the server closed the connection (GOAWAY {http2.error_name(code)})"
+            raise _Broken(why, self.started, last_stream_id < self.stream_id)
+
     def result(self) -> bytes:
         """The message; raises CallError or AnswerInvalid."""
         status = self.headers.get(b":status", b"")
         if status != b"200":
             code = HTTP_CODES.get(int(status) if status.isdigit() else 0, "UNKNOWN")
             raise CallError(code, f"HTTP status {status.decode('ascii', 'replace')[:3]}")
-        if not self._grpc():
+        if not self.grpc:
             ctype = self.headers.get(b"content-type", b"")[:60]
             raise CallError("UNKNOWN", f"content-type {ctype!r} is not application/grpc")
         meta = self.trailers or self.headers  # a trailers-only answer has them in its headers
@@ -220,8 +209,8 @@ class Channel:
         self.authority = authority
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._conn: h2.connection.H2Connection | None = None
-        self._frames = _FrameSizes(0)
+        self._conn: http2.ClientConnection | None = None
+        self._blocks: dict[tuple[str, str], bytes] = {}  # request header blocks by path, timeout
         self._lock = asyncio.Lock()
 
     async def call(self, path: str, request: bytes, timeout_s: float) -> bytes:
@@ -245,7 +234,9 @@ class Channel:
 
     async def _call(self, path: str, request: bytes, timeout_s: float) -> bytes:
         reused = self._conn is not None
-        if reused and self._reader is not None and self._reader.at_eof():
+        if self._conn is not None and (
+            self._conn.exhausted or (self._reader is not None and self._reader.at_eof())
+        ):
             self._drop()  # the server closed the idle connection since the last call
             reused = False
         for attempt in (1, 2):
@@ -269,51 +260,37 @@ class Channel:
                 "UNAVAILABLE", f"cannot connect to {self.socket_path}: {e.strerror or e}"
             ) from None
         window = self.max_message + FRAME_ALLOWANCE_BYTES
-        conn = h2.connection.H2Connection(
-            # the request's headers are this module's constants: not checked again per call
-            h2.config.H2Configuration(
-                client_side=True,
-                header_encoding=None,
-                validate_outbound_headers=False,
-                normalize_outbound_headers=False,
+        self._conn = http2.ClientConnection(window, MAX_HEADER_LIST_BYTES)
+        self._writer.write(self._conn.preface())
+
+    def _request(self, path: str, timeout_s: float) -> bytes:
+        """The request's header block (kept: the same path and deadline, the same bytes)."""
+        key = (path, grpc_timeout(timeout_s))
+        if (block := self._blocks.get(key)) is None:
+            if len(self._blocks) >= 8:
+                self._blocks.clear()
+            block = self._blocks[key] = http2.header_block(
+                [
+                    (b":method", b"POST"),
+                    (b":scheme", b"http"),
+                    (b":path", path.encode()),
+                    (b":authority", self.authority.encode()),
+                    (b"content-type", b"application/grpc"),
+                    (b"te", b"trailers"),
+                    (b"grpc-timeout", key[1].encode()),
+                    (b"user-agent", USER_AGENT.encode()),
+                ]
             )
-        )
-        conn.initiate_connection()
-        conn.update_settings(
-            {
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_BYTES,
-            }
-        )
-        # the whole answer fits the windows: it arrives without a wait for WINDOW_UPDATE
-        conn.increment_flow_control_window(window - DEFAULT_WINDOW)
-        self._conn = conn
-        self._frames = _FrameSizes(conn.max_inbound_frame_size)
-        self._writer.write(conn.data_to_send())
+        return block
 
     async def _exchange(self, path: str, request: bytes, timeout_s: float) -> bytes:
         conn, reader, writer = self._conn, self._reader, self._writer
         assert conn is not None and reader is not None and writer is not None
-        sid = conn.get_next_available_stream_id()
-        headers = [
-            (b":method", b"POST"),
-            (b":scheme", b"http"),
-            (b":path", path.encode()),
-            (b":authority", self.authority.encode()),
-            (b"content-type", b"application/grpc"),
-            (b"te", b"trailers"),
-            (b"grpc-timeout", grpc_timeout(timeout_s).encode()),
-            (b"user-agent", USER_AGENT.encode()),
-        ]
-        try:
-            conn.send_headers(sid, headers)
-            conn.send_data(sid, b"\0" + len(request).to_bytes(4, "big") + request, end_stream=True)
-        except h2.exceptions.ProtocolError as e:  # e.g. after the server's GOAWAY
-            raise _Broken(f"the connection cannot open a call ({type(e).__name__})", False) from e
+        message = b"\0" + len(request).to_bytes(4, "big") + request
+        sid, out = conn.request(self._request(path, timeout_s), message)
         answer = _Answer(sid, self.max_message)
+        await self._write(writer, out, answer)
         budget = self.max_message + FRAME_ALLOWANCE_BYTES
-        await self._send(conn, writer, answer)
         while not answer.ended:
             data = await reader.read(min(READ_CHUNK, budget + 1))
             if not data:
@@ -325,42 +302,26 @@ class Channel:
                     "bytes for one call",
                     True,
                 )
-            self._frames.check(data)
-            self._feed(conn, data, answer)
-            if not answer.ended:
-                await self._send(conn, writer, answer)  # SETTINGS and PING acks
-        if answer.consumed:
-            # the connection window back to full, in one WINDOW_UPDATE that goes out with
-            # the next call's request (one write a call, not two)
-            conn.increment_flow_control_window(answer.consumed)
+            try:
+                replies = conn.receive(data, answer)
+            except http2.Invalid as e:
+                raise _Broken(f"the server's answer is not valid HTTP/2 ({e})", True) from None
+            if replies:
+                await self._write(writer, replies, answer)  # SETTINGS and PING acks
+        if answer.closing:
+            self._drop()  # after a GOAWAY: the next call dials again
         return answer.result()
 
     @staticmethod
-    async def _send(
-        conn: h2.connection.H2Connection, writer: asyncio.StreamWriter, answer: _Answer
-    ) -> None:
-        if not (out := conn.data_to_send()):
-            return
+    async def _write(writer: asyncio.StreamWriter, data: bytes, answer: _Answer) -> None:
         try:
-            writer.write(out)
+            writer.write(data)
             await writer.drain()
         except OSError as e:
             why = "the server closed the connection"
             if not isinstance(e, ConnectionError):
                 why = f"connection error: {e.strerror or e}"
             raise _Broken(why, answer.started) from None
-
-    @staticmethod
-    def _feed(conn: h2.connection.H2Connection, data: bytes, answer: _Answer) -> None:
-        try:
-            events = conn.receive_data(data)
-        except h2.exceptions.ProtocolError as e:
-            why = str(e)[:80]
-            raise _Broken(
-                f"the server's answer is not valid HTTP/2 ({type(e).__name__}: {why})", True
-            ) from None
-        for ev in events:
-            answer.on(ev)
 
     def _drop(self) -> None:
         if self._writer is not None:

@@ -1,12 +1,12 @@
 """Client of the kubelet pod-resources API v1 over its unix socket.
 
-One connection (exporter/kube/grpcclient.py: gRPC over HTTP/2 on the pure-Python
-h2, no grpcio), reused across calls; every call has a deadline. ``List`` hands
+One connection (exporter/kube/grpcclient.py: gRPC over HTTP/2, framed there, with
+the pure-Python hpack; no grpcio), reused across calls; every call has a deadline. ``List`` hands
 back the answer's bytes as they came, so that the mapper can tell an unchanged
 answer from its bytes and parse only a new one (:func:`parse`, with wire.py: the
 generated protobuf classes are for the tests' fake kubelet, not loaded here). Failures
 become :class:`KubeletUnavailable` with a reason a person can act on; the
-mapper decides when to retry. h2 is imported here only, so an exporter
+mapper decides when to retry. hpack is imported here only, so an exporter
 without ``--kubernetes`` never loads it.
 """
 

@@ -25,6 +25,7 @@ class Peer:
         )
         self.conn.initiate_connection()
         self.requests: list[dict[bytes, bytes]] = []
+        self.ping_acks: list[bytes] = []  # the payloads of the PING acks the client sent
 
     async def flush(self) -> None:
         """Send what h2 has queued."""
@@ -46,6 +47,8 @@ class Peer:
             for ev in self.conn.receive_data(data):
                 if isinstance(ev, h2.events.RequestReceived):
                     self.requests.append(dict(ev.headers))  # type: ignore[arg-type]
+                if isinstance(ev, h2.events.PingAckReceived):
+                    self.ping_acks.append(ev.ping_data or b"")
                 if isinstance(ev, h2.events.StreamEnded):
                     await self.flush()
                     return ev.stream_id

@@ -11,7 +11,7 @@ import time
 import h2.settings
 import pytest
 
-from exporter.kube import grpcclient, podresources
+from exporter.kube import grpcclient, http2, podresources
 from exporter.kube.generated import podresources_pb2 as pb
 from exporter.kube.mapper import Mapper
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
@@ -283,3 +283,104 @@ async def test_garbage_is_one_clear_reason_without_a_traceback(tmp_path, invento
     )
     assert "\n" not in m.status
     assert not [r for r in caplog.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def _fields(*pairs: tuple[bytes, bytes]) -> bytes:
+    """A header block any HPACK decoder takes as it is (literals, nothing indexed)."""
+    return http2.header_block(list(pairs))
+
+
+OK_HEADERS = _fields((b":status", b"200"), (b"content-type", b"application/grpc"))
+OK_TRAILERS = _fields((b"grpc-status", b"0"))
+F = http2.frame
+
+
+async def test_frames_a_server_may_send_are_taken_in(tmp_path):
+    """A header block split over CONTINUATION frames, padding, a priority in HEADERS, a
+    frame type this client does not know, a PING (acknowledged with its payload)."""
+    body = message(ANSWER)
+
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        await peer.raw(
+            F(http2.PING, 0, 0, b"12345678")
+            + F(0xFA, 0, 0, b"an extension frame")
+            + F(http2.HEADERS, http2.PRIORITY_FLAG, sid, b"\0\0\0\0\x10" + OK_HEADERS[:9])
+            + F(http2.CONTINUATION, 0, sid, OK_HEADERS[9:20])
+            + F(http2.CONTINUATION, http2.END_HEADERS, sid, OK_HEADERS[20:])
+            + F(http2.DATA, http2.PADDED, sid, b"\x03" + body[:7] + b"\0\0\0")
+            + F(http2.DATA, 0, sid, body[7:])
+            + F(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, sid, OK_TRAILERS)
+        )
+        await ok(peer)  # h2 keeps no state of the stream written raw: the next ones are its own
+
+    async with H2Kubelet(tmp_path / "k.sock", script) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
+        assert await client.list_bytes() == ANSWER
+        assert await client.list_bytes() == ANSWER
+        await client.close()
+    assert k.connections == 1
+    assert k.peers[0].ping_acks == [b"12345678"]
+
+
+async def test_goaway_after_a_whole_answer_keeps_the_answer_and_dials_again(tmp_path):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        await peer.answer(sid, message(ANSWER))
+        peer.conn.close_connection(last_stream_id=sid)  # e.g. a kubelet shutting down
+        await peer.flush()
+        await peer.request()
+
+    async with H2Kubelet(tmp_path / "k.sock", script) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
+        for _ in range(2):
+            assert await client.list_bytes() == ANSWER
+            await asyncio.sleep(0.05)
+        await client.close()
+    assert k.connections == 2
+
+
+def _stream_1(kind: int, flags: int, payload: bytes) -> bytes:
+    return F(kind, flags, 1, payload)
+
+
+@pytest.mark.parametrize(
+    ("frames", "expected"),
+    [
+        (_stream_1(http2.PUSH_PROMISE, 4, b"\0\0\0\2" + OK_HEADERS), "PUSH_PROMISE"),
+        (F(http2.DATA, 0, 3, b"x"), "a frame on stream 3, which this client did not open"),
+        (F(http2.DATA, 0, 2, b"x"), "a frame on stream 2, which this client did not open"),
+        (_stream_1(http2.CONTINUATION, 4, OK_HEADERS), "CONTINUATION outside"),
+        (_stream_1(http2.HEADERS, 0, OK_HEADERS) + F(6, 0, 0, b"8 bytes!"), "cut by"),
+        (_stream_1(http2.DATA, http2.PADDED, b"\x05abcd"), "padding"),
+        (_stream_1(http2.HEADERS, 4, b"\xff\xff\xff\xff"), "headers that do not decode"),
+        (_stream_1(http2.HEADERS, 4, _fields((b"Grpc-Status", b"0"))), "upper case"),
+        (_stream_1(http2.HEADERS, 4, _fields((b":path", b"/"))), "exactly one :status"),
+        (_stream_1(http2.DATA, 0, b"\0\0\0\0\0"), "DATA outside the answer's body"),
+        (F(http2.SETTINGS, 0, 0, b"\0\2\0\0\0\7"), "SETTINGS 2 = 7"),
+        (F(http2.PING, 0, 1, b"8 bytes!"), "a frame of type 6 on stream 1"),
+        (F(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), "WINDOW_UPDATE"),
+    ],
+)
+async def test_frames_against_the_protocol_end_the_call_with_one_reason(tmp_path, frames, expected):
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        assert sid == 1
+        await peer.raw(frames)
+        await peer.request()
+
+    why = await reason(tmp_path, script)
+    assert why.startswith(
+        "kubelet List failed: UNAVAILABLE: the server's answer is not valid HTTP/2 ("
+    )
+    assert expected in why
+
+
+async def test_a_server_that_does_not_begin_with_settings_is_refused(tmp_path):
+    async def script(peer: Peer) -> None:
+        await peer.raw(F(http2.PING, 0, 0, b"8 bytes!"))  # before h2's own SETTINGS
+        await peer.request()
+        await peer.request()
+
+    why = await reason(tmp_path, script)
+    assert why.endswith("is not valid HTTP/2 (the server did not begin with SETTINGS)")
