@@ -128,8 +128,11 @@ class ClientConnection:
 
     def preface(self) -> bytes:
         """The client's connection preface: the magic, SETTINGS and the window."""
-        settings = [(ENABLE_PUSH, 0), (INITIAL_WINDOW_SIZE, self.window)]
-        settings.append((MAX_HEADER_LIST_SIZE, self.max_header_list))
+        settings = (
+            (ENABLE_PUSH, 0),
+            (INITIAL_WINDOW_SIZE, self.window),
+            (MAX_HEADER_LIST_SIZE, self.max_header_list),
+        )
         payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in settings)
         out = PREFACE + frame(SETTINGS, 0, 0, payload)
         if self.window > DEFAULT_WINDOW:
@@ -217,12 +220,11 @@ class ClientConnection:
                 stream.reset(int.from_bytes(payload, "big"))
 
     def _current(self, sid: int, stream: Stream) -> bool:
-        """True for a frame of the open stream; False for one of an earlier stream (late
-        frames of a call given up on); a stream this client never opened is invalid."""
+        """True for a frame of the open stream until it ends; False for a late frame of a
+        stream that has ended (this call's, e.g. a RST_STREAM after the trailers, or an
+        earlier call's): ignored; a stream this client never opened is invalid."""
         if sid == stream.stream_id:
-            if stream.ended:
-                raise Invalid("a frame after the end of the answer")
-            return True
+            return not stream.ended
         if sid % 2 == 0 or sid > stream.stream_id:
             raise Invalid(f"a frame on stream {sid}, which this client did not open")
         return False

@@ -332,6 +332,29 @@ async def test_frames_a_server_may_send_are_taken_in(tmp_path):
     assert k.peers[0].ping_acks == [b"12345678"]
 
 
+async def test_late_frames_of_an_ended_answer_leave_it_whole(tmp_path):
+    """A RST_STREAM (NO_ERROR) and a DATA frame after the trailers, in the same write: the
+    stream has ended, so they are ignored; the answer stands and the connection is kept."""
+
+    async def script(peer: Peer) -> None:
+        sid = await peer.request()
+        await peer.raw(
+            F(http2.HEADERS, http2.END_HEADERS, sid, OK_HEADERS)
+            + F(http2.DATA, 0, sid, message(ANSWER))
+            + F(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, sid, OK_TRAILERS)
+            + F(http2.RST_STREAM, 0, sid, b"\0\0\0\0")
+            + F(http2.DATA, 0, sid, b"late")
+        )
+        await ok(peer)
+
+    async with H2Kubelet(tmp_path / "k.sock", script) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
+        assert await client.list_bytes() == ANSWER
+        assert await client.list_bytes() == ANSWER
+        await client.close()
+    assert k.connections == 1
+
+
 def _stream_1(kind: int, flags: int, payload: bytes) -> bytes:
     return F(kind, flags, 1, payload)
 
