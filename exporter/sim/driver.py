@@ -87,11 +87,12 @@ class SimDriver:
         self.clock.advance(seconds)
 
     def _on_clock(self) -> None:
+        """Apply the faults the new time makes due; that alone wakes event waiters (a real
+        driver does not wake a waiting thread because time passed)."""
         with self.lock:
             now = self.now()
             if now >= self.next_fault_at:
                 self.apply_due(now)
-            self.cond.notify_all()
 
     # ---- latency --------------------------------------------------------------
 

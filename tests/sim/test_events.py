@@ -98,3 +98,18 @@ def test_unsupported_types_and_mig_handles_are_refused(mixed):
     mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle(1), 0)
     with pytest.raises(pynvml.NVMLError_NotSupported):
         pynvml.nvmlDeviceRegisterEvents(mig, XID, es)
+
+
+def test_time_passing_alone_does_not_wake_waiters(default, monkeypatch):
+    # A real driver wakes a thread in nvmlEventSetWait for an event or its timeout, not
+    # because time passed: a wake per clock step was CPU the exporter got charged for.
+    woken = []
+    notify_all = default.cond.notify_all
+    monkeypatch.setattr(default.cond, "notify_all", lambda: woken.append(1) or notify_all())
+    for _ in range(10):
+        default.advance(1)
+    assert woken == []
+    default.inject(Fault("xid", gpu=4, xid=94, at=default.now() + 5))
+    woken.clear()
+    default.advance(5)
+    assert woken  # the fault fell due: waiters must look
