@@ -301,16 +301,21 @@ def pods_share(
     Attribution runs on the event loop (the kubelet's ``List``, the pod map); the worker
     thread only renders the longer label text. So: the event loop's and native threads'
     CPU per second with pods less without (ns per thread, 1 s interval), plus the in-process
-    publish with pod labels less without. The two processes' totals differ by as much
-    again from run to run in the worker thread alone (the simulator's bookkeeping on a
-    VM whose speed varies): they are the fallback for results that lack the groups."""
+    publish with pod labels less without (the median over rounds taken in turns). The two
+    processes' totals differ by as much again from run to run in the worker thread alone
+    (the simulator's bookkeeping on a VM whose speed varies): they are the fallback for
+    results that lack the groups."""
     a, b = proc.get("cpu_groups_1s") or {}, with_pods.get("cpu_groups_1s") or {}
     pub = res.get("publish") or {}
     n = str(with_pods["pods"])
     if "main" in a and "main" in b and "0" in pub and n in pub:
         loop = (b["main"] + b["native"] - a["main"] - a["native"]) * 1e3
-        publish = pub[n]["publish_ms"] - pub["0"]["publish_ms"]
+        paired = "pods_extra_ms" in pub[n]
+        publish = (
+            pub[n]["pods_extra_ms"] if paired else pub[n]["publish_ms"] - pub["0"]["publish_ms"]
+        )
         return loop + publish, (
             f"event loop {_f(loop)} ms + publish with pod labels {_f(publish)} ms"
+            + (" (median of paired rounds)" if paired else "")
         )
     return (with_pods["cpu_1s"] - proc["cpu_1s"]) * 1e3, "the process's CPU with pods less without"

@@ -200,9 +200,13 @@ def _bench(module: str, *args: str) -> dict:
 
 
 def test_publish_benchmark_renders_with_the_pods_it_was_given():
-    res = _bench("benchmarks.publish", "--pods", "3", "--batches", "1")
+    res = _bench("benchmarks.publish", "--pods", "3", "--batches", "2")
     assert res["pods"] == 3 and res["render_ms"] > 0 and res["build_ms"] > 0
     assert 0 < res["gzip_bytes"] < res["plain_bytes"]
+    # the publisher without pods took its turns on the same snapshots: no pod labels
+    bare = res["without"]
+    assert bare["render_ms"] > 0 and bare["plain_bytes"] < res["plain_bytes"]
+    assert "pods_extra_ms" in res
 
 
 def test_collisions_benchmark_tells_rounds_that_met_a_cycle_from_the_others():
