@@ -44,6 +44,7 @@ SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
 STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
 CLOSE_S = 0.4  # on SIGTERM: time NVML and the kube clients get to close, side by side
 CYCLE_GRACE_S = 0.1  # on SIGTERM: of CLOSE_S, time a collection cycle under way gets
+XID_GRACE_S = 0.2  # on SIGTERM: of CLOSE_S, time the XID thread gets to leave its wait
 METRICS_FILE_MAX_BYTES = 1 << 20
 SWITCH_INTERVAL_S = 0.0005  # GIL hand-over interval (sys.setswitchinterval), set once at start
 
@@ -178,7 +179,7 @@ async def _close_nvml(poller: Poller) -> None:
         end = time.monotonic() + CYCLE_GRACE_S
         while poller.busy and time.monotonic() < end:
             time.sleep(0.01)
-        poller.collector.close()
+        poller.collector.close(XID_GRACE_S)
 
     # A daemon thread, not an executor: an NVML shutdown that hangs must not hold the exit.
     closer = threading.Thread(target=close, name="nvml-close", daemon=True)

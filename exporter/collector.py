@@ -85,11 +85,19 @@ class Collector:
         if self.p2p is None and any(f.source is Source.P2P for f in fields):
             self.p2p = P2PReader(self.session)
 
-    def close(self) -> None:
-        if self.xid is not None:
-            self.xid.stop()
+    def close(self, xid_grace_s: float | None = None) -> None:
+        """Stop the XID thread, free the GPM samples and shut NVML down.
+
+        ``xid_grace_s``: how long the XID thread gets to leave its wait (default: as
+        long as it takes). If it is still waiting then, NVML is left for the process's
+        exit to release: shutting it down under a thread inside a call is not safe.
+        """
+        ended = self.xid.stop(xid_grace_s) if self.xid is not None else True
         self.gpm.close()
-        self.session.close()
+        if ended:
+            self.session.close()
+        else:
+            log.debug("XID thread still in its wait; NVML is released at exit")
 
     def _ensure_open(self, now: float) -> None:
         if self.session.up:

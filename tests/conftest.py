@@ -48,7 +48,7 @@ SLOW = (
 
 @pytest.fixture(autouse=True)
 def _short_event_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """In-process collectors wait 50 ms per nvmlEventSetWait_v2 call instead of 100 ms.
+    """In-process collectors wait 50 ms per nvmlEventSetWait_v2 call instead of 1 s.
 
     Closing a collector joins its XID event thread, which returns within one wait:
     this keeps each close near 0.05 s. Exporters started as processes are unchanged.

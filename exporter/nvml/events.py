@@ -27,9 +27,11 @@ NO_INSTANCE = 0xFFFFFFFF
 _XID = N.nvmlEventTypeXidCriticalError
 _TIMEOUT = frozenset({N.NVML_ERROR_TIMEOUT})  # no event within the wait
 Key = tuple[str, int | None, int | None, int]  # GPU UUID, GPU instance, compute instance, XID
-WAIT_MS = 100
-"""One nvmlEventSetWait_v2 call's timeout: how soon the thread sees a stop (a SIGTERM
-closes NVML in well under 0.4 s), at about ten idle calls a second."""
+WAIT_MS = 1000
+"""One nvmlEventSetWait_v2 call's timeout, so the idle thread wakes once a second. Each wake
+costs a timer and a thread switch (about 0.3 ms of CPU on a small VM): at ten a second they
+cost more than collecting every 30 s. A stop is seen within one wait; re-registering waits
+for it, a SIGTERM does not (see :meth:`XidWatcher.stop`)."""
 MAX_DRAIN = 4096
 """Events still in a set when its thread stops that are taken off and counted, at most."""
 LOG_EVERY_S = 60.0
@@ -93,18 +95,23 @@ class XidWatcher:
         self._thread.start()
         self.healthy = True
 
-    def stop(self) -> None:
-        """Stop the thread (returns within one wait timeout).
+    def stop(self, join_s: float | None = None) -> bool:
+        """Stop the thread; True when it has ended, its set counted and freed.
 
+        Waits up to ``join_s`` seconds for it (default four waits: it ends within one).
         Events the set already holds are counted before it is freed: an XID that
         arrives as the watcher re-registers (the GPU set changed, the driver went
-        away) is not lost with the old set.
+        away) is not lost with the old set. A thread still in its wait after a
+        shorter ``join_s`` ends by itself when the wait returns.
         """
         self._stop.set()
+        ended = True
         if self._thread is not None:
-            self._thread.join(timeout=WAIT_MS / 1000 * 4)
+            self._thread.join(timeout=WAIT_MS / 1000 * 4 if join_s is None else join_s)
+            ended = not self._thread.is_alive()
             self._thread = None
         self._registered = frozenset()
+        return ended
 
     def _run(self, evset: object, by_handle: dict[int, str], stop: threading.Event) -> None:
         try:

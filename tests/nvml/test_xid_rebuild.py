@@ -60,3 +60,35 @@ def test_events_queued_when_the_watcher_stops_are_counted(node):
     assert not stopper.is_alive()
     assert [(gi, ci, xid, n) for _, gi, ci, xid, n in watcher.state().counts] == [(4, 0, 31, 3)]
     assert evset.freed  # the set was still freed
+
+
+@pytest.mark.parametrize("grace", [0.05, None])
+def test_a_short_grace_leaves_nvml_to_the_exit_and_the_thread_ends_by_itself(grace, monkeypatch):
+    """The idle XID thread waits a whole second per call. On SIGTERM the exporter gives it a
+    short grace: still waiting then, NVML is not shut down under it and the stop goes on;
+    the thread ends when its wait does, its set freed. Without a grace, the close waits for
+    the thread and shuts NVML down."""
+    from exporter.nvml import events
+
+    clock = ManualClock()
+    driver = sim.install(MIXED, clock=clock, latency=False)
+    monkeypatch.setattr(events, "WAIT_MS", 1500)
+    col = Collector(CATALOG, "node-a")
+    try:
+        clock.advance(1.0)
+        col.collect()
+        [evset] = driver.events.sets.values()
+        thread = col.xid._thread
+        time.sleep(0.1)  # the thread is in its first wait
+        t0 = time.monotonic()
+        col.close(grace)
+        if grace is None:
+            assert driver.init_count == 0 and evset.freed and not thread.is_alive()
+            return
+        assert time.monotonic() - t0 < 1.0  # not the rest of the 1.5 s wait
+        assert driver.init_count > 0  # NVML left for the exit to release
+        until("the thread to end at its wait's end", lambda: not thread.is_alive())
+        assert evset.freed
+    finally:
+        col.close()
+        sim.uninstall()
