@@ -40,12 +40,21 @@ async def reason(tmp_path, script, timeout_s: float = 5.0) -> str:
     return str(e.value)
 
 
-async def test_request_headers_are_those_of_a_grpc_client(tmp_path):
-    async with H2Kubelet(tmp_path / "k.sock", ok) as k:
-        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
-        for _ in range(3):
-            assert await client.list_bytes() == ANSWER
+async def answered(
+    tmp_path, script, calls: int = 2, expect: bytes = ANSWER, timeout_s: float = 5.0
+) -> H2Kubelet:
+    """``calls`` Lists in a row against ``script``, each answered ``expect``; the kubelet,
+    for what it saw (connections, requests, PING acks)."""
+    async with H2Kubelet(tmp_path / "k.sock", script) as k:
+        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=timeout_s)
+        for _ in range(calls):
+            assert await client.list_bytes() == expect
         await client.close()
+    return k
+
+
+async def test_request_headers_are_those_of_a_grpc_client(tmp_path):
+    k = await answered(tmp_path, ok, calls=3)
     assert k.connections == 1  # one connection, reused
     h = k.peers[0].requests[0]
     assert h[b":method"] == b"POST" and h[b":scheme"] == b"http"
@@ -64,11 +73,8 @@ async def test_an_answer_of_the_largest_size_arrives_without_stalls(tmp_path, mo
         while (sid := await peer.request()) is not None:
             await peer.answer(sid, message(big))  # asserts the windows never close
 
-    async with H2Kubelet(tmp_path / "k.sock", script) as k:
-        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=20)
-        for _ in range(3):  # the connection window is handed back between calls
-            assert await client.list_bytes() == big
-        await client.close()
+    # the connection window is handed back between calls
+    k = await answered(tmp_path, script, calls=3, expect=big, timeout_s=20)
     assert k.connections == 1
 
 
@@ -323,11 +329,7 @@ async def test_frames_a_server_may_send_are_taken_in(tmp_path):
         )
         await ok(peer)  # h2 keeps no state of the stream written raw: the next ones are its own
 
-    async with H2Kubelet(tmp_path / "k.sock", script) as k:
-        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
-        assert await client.list_bytes() == ANSWER
-        assert await client.list_bytes() == ANSWER
-        await client.close()
+    k = await answered(tmp_path, script)
     assert k.connections == 1
     assert k.peers[0].ping_acks == [b"12345678"]
 
@@ -347,11 +349,7 @@ async def test_late_frames_of_an_ended_answer_leave_it_whole(tmp_path):
         )
         await ok(peer)
 
-    async with H2Kubelet(tmp_path / "k.sock", script) as k:
-        client = PodResourcesClient(str(tmp_path / "k.sock"), timeout_s=5)
-        assert await client.list_bytes() == ANSWER
-        assert await client.list_bytes() == ANSWER
-        await client.close()
+    k = await answered(tmp_path, script)
     assert k.connections == 1
 
 
