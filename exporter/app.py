@@ -1,7 +1,7 @@
 """Builds the aiohttp application; its cleanup context owns NVML and the collection loop.
 
 This is where the collection side (poller) meets the HTTP layer (server, connections,
-webconfig), which knows it only through :class:`exporter.server.Source`.
+webconfig), which knows it only through :class:`exporter.http.routes.Source`.
 """
 
 from __future__ import annotations
@@ -11,37 +11,25 @@ import contextlib
 import gc
 import logging
 import os
-import socket
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from aiohttp import web
 
-from exporter import eviction, listener, signals, webconfig
+from exporter import signals
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
 from exporter.config import Config
-from exporter.connections import ConnectionLimit, Limits
-from exporter.fastpath import FastMetrics
 from exporter.files import ConfigFileError, read_config_file
-from exporter.httplog import HTTP_LOG
+from exporter.http import eviction, server, webconfig
+from exporter.http.routes import Source, routes
 from exporter.poller import Poller
-from exporter.server import SOURCE, Source, routes
 
 log = logging.getLogger(__name__)
 
-# Request-line and header limits (aiohttp's defaults, stated here so docs/security.md can
-# say what they are): a longer line or field, or more headers, gets 400 and is closed.
-# The total size of a request's headers is bounded by --http-max-header-bytes (431).
-MAX_LINE_BYTES = 8190
-MAX_FIELD_BYTES = 8190
-MAX_HEADERS = 128
-SHUTDOWN_S = 1.2  # on SIGTERM: time in-flight responses get to finish
-STOP_DEADLINE_S = 1.8  # on SIGTERM: the process ends by then, whatever is still closing
 CLOSE_S = 0.4  # on SIGTERM: time NVML and the kube clients get to close, side by side
 CYCLE_GRACE_S = 0.1  # on SIGTERM: of CLOSE_S, time a collection cycle under way gets
 XID_GRACE_S = 0.2  # on SIGTERM: of CLOSE_S, time the XID thread gets to leave its wait
@@ -52,30 +40,9 @@ POLLER = web.AppKey("poller", Poller)
 TASK = web.AppKey("collect_task", asyncio.Task)
 
 
-def limits(cfg: Config) -> Limits:
-    """The HTTP connection bounds from the configuration."""
-    return Limits(
-        max_connections=cfg.max_connections,
-        handshake_s=cfg.http_timeout_s,
-        write_s=cfg.http_write_timeout_s,
-        max_header_bytes=cfg.http_max_header_bytes,
-    )
-
-
 def build(cfg: Config, catalog: Catalog) -> web.Application:
     """The application: routes, plus a poller that starts and stops with it."""
-    app = web.Application(
-        handler_args={
-            "max_field_size": MAX_FIELD_BYTES,
-            "max_line_size": MAX_LINE_BYTES,
-            "max_headers": MAX_HEADERS,
-            # aiohttp arms this when a connection opens and again after each response,
-            # and closes a connection still waiting for a full request when it fires:
-            # it is the header-read timeout (slow clients) as well as the idle timeout.
-            "keepalive_timeout": cfg.http_timeout_s,
-            "logger": HTTP_LOG,  # malformed requests: one line a minute, not a traceback each
-        }
-    )
+    app = web.Application(handler_args=server.handler_args(cfg))
     attribution = None
     if cfg.kube is not None:
         from exporter.kube.attribution import Attribution  # loads hpack: only with -k
@@ -188,75 +155,6 @@ async def _close_nvml(poller: Poller) -> None:
         await asyncio.sleep(0.01)
 
 
-class _Unjoined(ThreadPoolExecutor):
-    """The event loop's default executor (file reads, client closes): at the stop its
-    shutdown does not wait for a call still running, so no worker thread blocked in a
-    read, a request or an import holds the exit (asyncio.run waits for the default
-    executor's threads; os._exit ends them)."""
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        super().shutdown(wait=False, cancel_futures=True)
-
-
-class BindError(Exception):
-    """The address cannot be listened on; the message says which and what to do."""
-
-
-async def serve(app: web.Application, cfg: Config) -> None:
-    """Serve ``app`` on the configured address until SIGTERM or SIGINT, then stop cleanly.
-
-    aiohttp's run_app does the same, except for the per-connection guard
-    (exporter.connections), which needs the protocol factory.
-    """
-    asyncio.get_running_loop().set_default_executor(_Unjoined(thread_name_prefix="loop"))
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_S)
-    await runner.setup()
-    stop = asyncio.Event()
-    remove = signals.on_stop(stop.set)
-    try:
-        assert runner.server is not None
-        tls = webconfig.ssl_context(app)
-        pool = ConnectionLimit(runner.server, limits(cfg), tls, listener.ACCEPT_HEADROOM)
-        if not cfg.web_config_file:  # with one, auth sees every request
-            pool.fast = FastMetrics(app[SOURCE].exposition)
-        accepting = _listen(pool, cfg)
-        log.info("serving on %s, collecting every %g s", _address(cfg), cfg.interval_s)
-        try:
-            await stop.wait()
-            log.info("stopping")
-            signals.exit_after(STOP_DEADLINE_S)
-        finally:
-            accepting.close()
-            pool.close_all()
-    finally:
-        remove()
-        await runner.cleanup()
-
-
-def _listen(pool: ConnectionLimit, cfg: Config) -> listener.Listener:
-    listener.raise_fd_limit(cfg.max_connections)
-    try:
-        socks = listener.bind(cfg.host or None, cfg.port)
-    except socket.gaierror as e:
-        raise BindError(
-            f"-a/--address {_address(cfg)}: cannot resolve host {cfg.host!r} ({e.strerror}); "
-            "give an IP address or a resolvable name, or leave the host out for every interface"
-        ) from None
-    except OSError as e:
-        raise BindError(
-            f"-a/--address {_address(cfg)}: cannot listen there ({e.strerror or e}); "
-            "choose another address or port, or stop what is using it"
-        ) from None
-    accepting = listener.Listener(socks, pool.admit, pool.full, pool.forget, pool.make_room)
-    pool.on_room = accepting.resume
-    return accepting
-
-
-def _address(cfg: Config) -> str:
-    host = f"[{cfg.host}]" if ":" in cfg.host else (cfg.host or "*")
-    return f"{host}:{cfg.port}"
-
-
 def run(cfg: Config, catalog: Catalog) -> int:
     """Serve until SIGINT/SIGTERM, then end the process with status 0; returns 2 when
     the address cannot be listened on."""
@@ -269,8 +167,8 @@ def run(cfg: Config, catalog: Catalog) -> int:
     gc.collect()
     gc.freeze()
     try:
-        asyncio.run(serve(app, cfg))
-    except BindError as e:
+        asyncio.run(server.serve(app, cfg))
+    except server.BindError as e:
         log.error("%s", e)
         return 2
     poller = app[POLLER]

@@ -8,9 +8,10 @@ import socket
 import sys
 from collections import defaultdict
 
-from exporter import __version__, webconfig
+from exporter import __version__
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.config import Config
+from exporter.http import webconfig
 
 log = logging.getLogger("exporter")
 

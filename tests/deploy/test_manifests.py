@@ -18,7 +18,7 @@ from kubernetes_validate import utils as kv_utils
 
 from exporter import __version__
 from exporter.config import DEFAULT_ADDRESS, parse_address
-from exporter.server import routes
+from exporter.http.routes import routes
 from tests.deploy.conftest import COMPONENTS, DEPLOY, EXCLUSIVE, MOVED_NAMESPACE, TARGETS
 from tests.procs import ROOT
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.headers import HeaderBudget
+from exporter.http.headers import HeaderBudget
+from exporter.http.routes import wants_gzip
 from exporter.kube.cgroups import parse_cgroup
-from exporter.server import wants_gzip
 from tests.fuzz.strategies import FAST, TEXT
 
 CODING = st.sampled_from(["gzip", "GZIP", "x-gzip", "deflate", "br", "identity", "*", "zstd"])

@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from exporter.listener import ACCEPT_HEADROOM
-from exporter.webconfig.auth import WORKERS
+from exporter.http.listener import ACCEPT_HEADROOM
+from exporter.http.webconfig.auth import WORKERS
 
 MAX_CONNECTIONS = 64  # the soak's --max-connections
 
@@ -37,7 +37,7 @@ def _pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))] if v else 0.0
 
 
-RELOADS = ("exporter.signals", "exporter.app", "exporter.webconfig.state")
+RELOADS = ("exporter.signals", "exporter.app", "exporter.http.webconfig.state")
 
 
 def _log_per_minute(lines: list[list[str]], reloads: bool) -> int:

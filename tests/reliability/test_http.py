@@ -19,7 +19,7 @@ import bcrypt
 import pytest
 
 from exporter.config import DEFAULT_HTTP_MAX_HEADER_BYTES
-from exporter.server import wants_gzip
+from exporter.http.routes import wants_gzip
 from tests.procs import Exporter, wait_until
 
 TIMEOUT_MS = 2000

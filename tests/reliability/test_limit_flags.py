@@ -108,7 +108,7 @@ def test_an_invalid_host_exits_2_with_one_line():
 
 def test_max_connections_help_and_docs_state_the_eviction_and_headroom(capsys):
     """What --help and docs/security.md tell a user is what the listener does."""
-    from exporter.listener import ACCEPT_BATCH, ACCEPT_HEADROOM, BACKLOG
+    from exporter.http.listener import ACCEPT_BATCH, ACCEPT_HEADROOM, BACKLOG
 
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
@@ -155,7 +155,7 @@ def test_the_open_files_limit_is_raised_for_max_connections(tmp_path):
     a hard limit under it is said in one line naming the flag."""
     import resource
 
-    from exporter.listener import ACCEPT_HEADROOM, FD_SPARE
+    from exporter.http.listener import ACCEPT_HEADROOM, FD_SPARE
 
     need = DEFAULT_MAX_CONNECTIONS + ACCEPT_HEADROOM + FD_SPARE
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

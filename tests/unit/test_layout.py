@@ -119,3 +119,34 @@ def test_the_checks_see_the_package():
     assert "exporter.nvml.session" in graph["exporter.nvml.devices"]
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _serves_http(path: Path) -> bool:
+    """Whether a module imports aiohttp's server side (aiohttp.web, its HTTP parser)."""
+    for node in _load_time(ast.parse(path.read_text(), str(path)).body):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiohttp"):
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        if any(n.startswith(("aiohttp.web", "aiohttp.http")) for n in names):
+            return True
+    return False
+
+
+def test_http_lives_in_its_package():
+    """What serves HTTP is in exporter.http; of the rest only the application's builder
+    (app) and the reload state hung on it (signals) touch aiohttp's server side, and the
+    package's top level keeps the process's own modules."""
+    outside = {
+        name
+        for name, path in _sources().items()
+        if not name.startswith("exporter.http") and _serves_http(path)
+    }
+    assert outside <= {"exporter.app", "exporter.signals"}, outside
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    http_words = {"server", "connections", "listener", "eviction", "headers", "tlsstart",
+                  "httplog", "fastpath", "routes", "accesslog"}  # fmt: skip
+    assert not top & http_words, top & http_words
+    assert not (PACKAGE / "webconfig").exists()

@@ -11,8 +11,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter import webconfig
-from exporter.webconfig import auth
+from exporter.http import webconfig
+from exporter.http.webconfig import auth
 from tests.web.client import get, start
 
 PASSWORD = "correct horse battery staple"
@@ -88,7 +88,7 @@ def test_headers_on_every_response(exporter):
 def test_probe_paths_are_served_routes():
     from aiohttp import web
 
-    from exporter.server import routes
+    from exporter.http.routes import routes
 
     app = web.Application()
     routes(app)

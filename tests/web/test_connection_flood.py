@@ -3,9 +3,9 @@
 Prometheus keeps one connection open and scrapes on it. A flood of sockets that never
 finish a request (idle, half a request, half a TLS handshake, or, with basic auth,
 requests without the password) must not close that connection: the guard evicts the
-never-answered ones first (exporter/eviction.py). And however many sockets arrive at
+never-answered ones first (exporter/http/eviction.py). And however many sockets arrive at
 once, the exporter holds at most --max-connections + ACCEPT_HEADROOM of them
-(exporter/listener.py): the rest wait in the kernel's accept queue.
+(exporter/http/listener.py): the rest wait in the kernel's accept queue.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter.listener import ACCEPT_HEADROOM, BACKLOG
+from exporter.http.listener import ACCEPT_HEADROOM, BACKLOG
 from tests.procs import Exporter, wait_until
 from tests.web.certs import CA
 

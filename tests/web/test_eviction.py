@@ -1,4 +1,4 @@
-"""The eviction rule (exporter/eviction.py) on connections described by their state."""
+"""The eviction rule (exporter/http/eviction.py) on connections described by their state."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.eviction import victim
+from exporter.http.eviction import victim
 
 
 @dataclass(eq=False)

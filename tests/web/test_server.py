@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.server import CONTENT_TYPE, Source, routes, scrub
+from exporter.http.routes import CONTENT_TYPE, Source, routes, scrub
 
 PLAIN = b"# TYPE x gauge\nx 1\n"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter import webconfig
+from exporter.http import webconfig
 from tests.procs import Prometheus, require, wait_until
 from tests.web.certs import CA
 from tests.web.client import get, start, tls_context

@@ -14,8 +14,8 @@ from pathlib import Path
 import bcrypt
 import pytest
 
-from exporter import webconfig
 from exporter.cli import main
+from exporter.http import webconfig
 from tests.procs import ROOT, require
 from tests.web.certs import CA
 

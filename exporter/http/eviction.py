@@ -26,11 +26,11 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
-from exporter.server import SOURCE
+from exporter.http.routes import SOURCE
 
 
 class Candidate(Protocol):
-    """What the policy reads of a connection (exporter.connections.Guard)."""
+    """What the policy reads of a connection (exporter.http.connections.Guard)."""
 
     going: bool  # told to go already
     answered_at: float | None  # loop time of the last trusted answer; None: never

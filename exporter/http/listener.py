@@ -3,7 +3,7 @@
 asyncio's own server accepts up to its listen backlog of sockets per readiness event
 before any protocol sees them, so a flood could hold --max-connections + the backlog
 descriptors and more. Here each accepted socket is counted by the connection limit
-(exporter.connections) the moment it is accepted, at most :data:`ACCEPT_BATCH` are
+(exporter.http.connections) the moment it is accepted, at most :data:`ACCEPT_BATCH` are
 accepted per event, and accepting stops while the exporter holds
 ``max_connections + ACCEPT_HEADROOM`` sockets (those still closing included). The
 rest wait in the kernel's accept queue (:data:`BACKLOG`), which holds no descriptor of

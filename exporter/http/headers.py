@@ -1,5 +1,5 @@
 """The header budget: the total size of each request's line and headers, counted on the
-raw bytes of a connection (exporter.connections answers 431 past it)."""
+raw bytes of a connection (exporter.http.connections answers 431 past it)."""
 
 from __future__ import annotations
 

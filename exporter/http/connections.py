@@ -12,8 +12,8 @@ header-read and idle timeout; its parser bounds the request line and each header
 
 At the limit, a new socket makes room by closing one never answered (oldest first),
 and a connection that has been answered (the scraper's keep-alive one) only when no
-other is left, then the one idle longest (exporter/eviction.py has the rule and what
-an attacker can do against it). The listener (exporter/listener.py) counts a socket
+other is left, then the one idle longest (exporter/http/eviction.py has the rule and what
+an attacker can do against it). The listener (exporter/http/listener.py) counts a socket
 the moment it accepts it and stops accepting while the sockets held, those closing
 included, reach the limit plus its headroom.
 """
@@ -32,11 +32,10 @@ from typing import Any
 
 from aiohttp import web
 
-from exporter import eviction
-from exporter.fastpath import FastMetrics
-from exporter.headers import HeaderBudget
+from exporter.http import eviction
+from exporter.http.headers import HeaderBudget
+from exporter.http.tlsstart import start_tls
 from exporter.ratelimit import RateLimited
-from exporter.tlsstart import start_tls
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +128,6 @@ class Guard(asyncio.Protocol):
             return
         if self._refused:
             return
-        fast = self.pool.fast
-        if fast is not None and self.budget.between:
-            # a request answered here before passed this budget then: no need to count it
-            gz = fast.known(data)
-            if gz is not None and self._send_fast(fast, gz):
-                return
-        fresh = self.budget.between
         if not self.budget.feed(data):
             self.pool.too_large += 1
             self.pool.report(
@@ -147,26 +139,7 @@ class Guard(asyncio.Protocol):
                 transport.close()
             self._refused = True  # the rest of this connection is not parsed
             return
-        if fresh and fast is not None and data.endswith(b"\r\n\r\n"):
-            gz = fast.decide(data)
-            if gz is not None and self._send_fast(fast, gz):
-                return
         self.inner.data_received(data)
-
-    def _send_fast(self, fast: FastMetrics, gz: bool) -> bool:
-        """Answer a whole plain scrape here (exporter/fastpath.py) when the connection is
-        idle, with aiohttp's keep-alive (idle) timer moved on as after its own responses."""
-        inner: Any = self.inner
-        transport = getattr(inner, "transport", None)
-        if transport is None or not self._idle():
-            return False
-        transport.write(fast.answer(gz))
-        loop = inner._loop
-        now = self.answered_at = loop.time()
-        inner._next_keepalive_close_time = close_at = now + inner._keepalive_timeout
-        if inner._keepalive_handle is None:
-            inner._keepalive_handle = loop.call_at(close_at, inner._process_keepalive)
-        return True
 
     def eof_received(self) -> bool | None:
         """The client half-closed: answer what it asked, then close; nothing asked: close."""
@@ -260,11 +233,11 @@ class _Refused(asyncio.Protocol):
 class ConnectionLimit:
     """Protocol factory: aiohttp's server behind a :class:`Guard` per socket, at most
     ``limits.max_connections`` of them. At the limit a new socket makes another leave
-    (:meth:`Guard.evict`), chosen by exporter/eviction.py: never-answered connections
+    (:meth:`Guard.evict`), chosen by exporter/http/eviction.py: never-answered connections
     first (oldest first), answered ones (the scraper's keep-alive) only when no other
     is left. So a flood of idle, half-open or handshaking connections cannot lock a
     scraper out; only when every open one is already going is the new one refused. The
-    :class:`~exporter.listener.Listener` asks :meth:`full` before each accept, so that
+    :class:`~exporter.http.listener.Listener` asks :meth:`full` before each accept, so that
     sockets still closing stay within ``headroom`` over the limit."""
 
     def __init__(
@@ -278,7 +251,6 @@ class ConnectionLimit:
         self.limits = limits
         self.tls = tls
         self.headroom = headroom
-        self.fast: FastMetrics | None = None  # exporter/fastpath.py
         self.open: dict[Guard, None] = {}  # insertion order: oldest first
         self.evicted = self.refused = self.too_large = self.write_timeouts = 0
         self.on_room: Callable[[], None] | None = None  # called when no longer full
@@ -308,7 +280,7 @@ class ConnectionLimit:
         return guard
 
     def make_room(self) -> bool:
-        """Tell one connection to go (exporter/eviction.py chooses), at the limit or when
+        """Tell one connection to go (exporter/http/eviction.py chooses), at the limit or when
         the process has no descriptor left; False when every one is already going."""
         victim = eviction.victim(self.open)
         if victim is None:

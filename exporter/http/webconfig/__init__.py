@@ -24,8 +24,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from exporter import signals
-from exporter.webconfig.auth import basic_credentials
-from exporter.webconfig.parse import (
+from exporter.http.webconfig.auth import basic_credentials
+from exporter.http.webconfig.parse import (
     HEADERS,
     HTTP_KEYS,
     TLS_KEYS,
@@ -36,7 +36,7 @@ from exporter.webconfig.parse import (
     load,
     parse,
 )
-from exporter.webconfig.state import POLL_S, WebState
+from exporter.http.webconfig.state import POLL_S, WebState
 
 log = logging.getLogger(__name__)
 

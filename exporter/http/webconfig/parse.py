@@ -18,8 +18,14 @@ from typing import Any
 
 from exporter.config import ConfigError
 from exporter.files import ConfigFileError, load_yaml, read_config_bytes, read_config_file
-from exporter.webconfig.auth import decoy
-from exporter.webconfig.tls import CIPHERS, CLIENT_AUTH, TLS_VERSIONS, TLSSettings, server_context
+from exporter.http.webconfig.auth import decoy
+from exporter.http.webconfig.tls import (
+    CIPHERS,
+    CLIENT_AUTH,
+    TLS_VERSIONS,
+    TLSSettings,
+    server_context,
+)
 
 MAX_BYTES = 256 * 1024
 """Largest web config file read, bytes."""

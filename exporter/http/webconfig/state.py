@@ -12,10 +12,10 @@ import asyncio
 import logging
 import ssl
 
+from exporter.http.webconfig.auth import Authenticator
+from exporter.http.webconfig.parse import Loaded, WebConfigError, fingerprint, load
+from exporter.http.webconfig.tls import tune
 from exporter.signals import ReloadStatus
-from exporter.webconfig.auth import Authenticator
-from exporter.webconfig.parse import Loaded, WebConfigError, fingerprint, load
-from exporter.webconfig.tls import tune
 
 log = logging.getLogger(__name__)
 
