@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.mdfmt import Add, _f, _net, _row, _scrape, _verdict
-from benchmarks.targets import targets
+from benchmarks.mdfmt import Add, _f, _net, _pod_rows, _row, _scrape, _verdict
+from benchmarks.targets import interval_rates, targets
 from exporter import __version__
 
 
@@ -141,12 +141,27 @@ def cycle(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:
         f"{_f(_net(tc))} ms; net per batch of 10: "
         f"{', '.join(_f(v) for v in tc['net_batches_ms'])}. "
         + (
-            f"At a 10 s interval the {t} process uses {_f(res['cpu_10s'] * 100)} % of a core."
+            f"At a 10 s interval the {t} process without pods uses "
+            f"{_f(res['cpu_10s'] * 100)} % of a core."
             if res.get("cpu_10s") is not None
-            else "The 10 s interval is measured in full runs only."
+            else "The 10 s and 30 s intervals are measured in full runs only."
         )
     )
     add("")
+    rates = interval_rates(res)
+    if len(rates) > 1:
+        n = _pod_rows(res)[1]["pods"]
+        add(
+            f"The {t} process with {n} pods at the intervals users run (`-c`; dcgm-exporter's "
+            "default is 30 s): its CPU per second measured over three cycles, no scrapes, "
+            "simulator included, and that CPU per cycle."
+        )
+        add("")
+        add(_row("interval", "CPU per cycle ms", "% of a core"))
+        add(_row("---", "---", "---"))
+        for sec, rate in rates:
+            add(_row(f"{sec} s", _f(rate * sec * 1e3), _f(rate * 100, 3)))
+        add("")
 
 
 def scrapes(add: Add, res: dict[str, Any], derived: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ scrape client and reads /proc.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,7 @@ class Sizes:
     cpu_window_s: float = 10.0  # CPU rate at a 1 s interval, target node
     scale_cpu_window_s: float = 5.0  # the same, other nodes
     cpu10_window_s: float = 30.0  # CPU rate at a 10 s interval (3 cycles); 0: skip
+    cpu30_window_s: float = 90.0  # the same at 30 s, dcgm-exporter's default (3 cycles)
     scrapers: tuple[int, ...] = (1, 10, 50)
     requests: int = 1500  # per scrape configuration on the target node
     repeats: int = 3  # target node: each configuration this many times
@@ -58,7 +60,8 @@ QUICK = Sizes(
     settle_s=0.3,
     cpu_window_s=0.5,
     scale_cpu_window_s=0.5,
-    cpu10_window_s=0,
+    cpu10_window_s=0.5,
+    cpu30_window_s=0.5,
     scrapers=(1, 10),
     requests=40,
     repeats=1,
@@ -196,14 +199,26 @@ def measure_process(
     return result
 
 
-def measure_cpu10(path: Path, work: Path, s: Sizes) -> float | None:
-    """CPU seconds per second at a 10 s interval, no scrapes."""
-    if not s.cpu10_window_s:
+def measure_interval(
+    path: Path, work: Path, interval_s: int, window_s: float, pods_n: int = 0
+) -> float | None:
+    """CPU seconds per second at a ``interval_s`` collection interval, no scrapes, with
+    ``pods_n`` pods (the stand-in kubelet) when not 0; None when ``window_s`` is 0."""
+    if not window_s:
         return None
-    with procs.ours(path, 10_000, work / "exporter-10s.log") as p:
+    name = f"{interval_s}s-{pods_n}"
+    with contextlib.ExitStack() as stack:
+        flags: list[str] = []
+        if pods_n:
+            sock, listing = work / f"kubelet-{name}.sock", work / f"pods-{name}.json"
+            pods.write(listing, pods.device_ids(path), pods_n)
+            stack.enter_context(churn.kubelet_process(sock, listing))
+            flags = ["-k", "--pod-resources-kubelet-socket", str(sock)]
+        log = work / f"exporter-{name}.log"
+        p = stack.enter_context(procs.ours(path, interval_s * 1000, log, flags))
         p.wait_http("/ready")
         time.sleep(1.0)
-        return procs.cpu_rate(p, s.cpu10_window_s)
+        return procs.cpu_rate(p, window_s)
 
 
 def measure_peer(
@@ -291,8 +306,12 @@ def run(
     }
     log(f"collection cycle, in-process, {target.name}, again")
     target_cycles.append(cycle(target))
-    log("exporter process at a 10 s interval")
-    res["cpu_10s"] = measure_cpu10(paths[target.name], work, s)
+    log(f"exporter process at 10 s and 30 s intervals, without pods and with {n}")
+    res["cpu_10s"] = measure_interval(paths[target.name], work, 10, s.cpu10_window_s)
+    res["intervals"] = {
+        str(sec): measure_interval(paths[target.name], work, sec, window, n)
+        for sec, window in ((10, s.cpu10_window_s), (30, s.cpu30_window_s))
+    }
 
     log(f"RSS over {s.churn_cycles} cycles with MIG churn, without and with pods (in parallel)")
     churn_args = [str(paths[target.name]), "--every", str(s.churn_every), "--no-latency"]

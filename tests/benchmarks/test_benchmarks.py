@@ -54,6 +54,8 @@ def test_quick_run_writes_every_section_and_keeps_others(quick_run):
     assert "## Image\n\nKept as it is." in text
     assert text.index("Intro.") < text.index(report.END) < text.index("## Image")
     assert "python -m benchmarks --quick --no-peer" in text
+    assert "CPU at dcgm-exporter's default 30 s interval" in text
+    assert "the floor (aiohttp alone)" in text
 
 
 def test_quick_run_measures_what_the_issue_lists(quick_run):
@@ -73,6 +75,10 @@ def test_quick_run_measures_what_the_issue_lists(quick_run):
     assert all(r["bytes"] > 0 and r["requests"] > 0 for r in proc["scrapes"])
     assert {(r["scrapers"], r["gzip"]) for r in proc["floor"]} == got
     assert all(r["p99_ratio"] > 0 and r["p50_ratio"] > 0 for r in proc["scrapes"])
+    # CPU where users run it: 10 s and 30 s intervals, with pods, besides 1 s
+    assert set(res["intervals"]) == {"10", "30"}
+    assert all(v is not None and v >= 0 for v in res["intervals"].values())
+    assert res["cpu_10s"] is not None
     for run in (res["churn"], res["churn_pods"]):
         assert run["reconfigs"] > 0 and run["last_ok"] and run["skipped"] == 0
         assert len(run["samples"]) >= 2
