@@ -20,7 +20,7 @@ NAME = re.compile(r"`((?:gpu_exporter|DCGM_FI|DCGM_EXP)_[A-Za-z0-9_]+)")
 WAIT_FOR = (
     "DCGM_FI_PROF_SM_ACTIVE",
     'collector="podresources"',
-    "gpu_exporter_container_fb_used_mib",
+    "gpu_exporter_container_fb_used_bytes",
 )
 CONDITIONAL = re.compile(r"\b(only|when|seen|With `-)", re.IGNORECASE)
 
