@@ -138,15 +138,15 @@ class SelfMetrics:
         )
         up = None
         for dev, value in [(d, 1) for d in snap.gpus] + [(d, 0) for d in snap.down]:
-            names, values = _gpu_up_labels(dev)
+            labels = _gpu_up_labels(dev)
             if up is None:
                 up = Family(
                     f"{p}_gpu_up",
                     "1 when the GPU answered in the last cycle; 0 when it was seen before "
                     "and is now lost or set aside.",
-                    labels=names,
+                    labels=list(labels),
                 )
-            up.add(values, value)
+            up.add([labels.get(k, "") for k in up.labels], value)
         if up is not None:
             yield up
 
@@ -220,7 +220,6 @@ def _kube_families(st: KubeStatus) -> Iterator[Family]:
     )
 
 
-def _gpu_up_labels(dev: Device) -> tuple[list[str], list[str]]:
-    """The snake_case names and the values of a GPU's identity labels."""
-    pairs = [(GPU_UP_LABELS[k], v) for k, v in dev.labels if k in GPU_UP_LABELS]
-    return [k for k, _ in pairs], [v for _, v in pairs]
+def _gpu_up_labels(dev: Device) -> dict[str, str]:
+    """A GPU's identity labels under their snake_case names, in dcgm-exporter's order."""
+    return {GPU_UP_LABELS[k]: v for k, v in dev.labels if k in GPU_UP_LABELS}
