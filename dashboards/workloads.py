@@ -174,14 +174,14 @@ def build() -> dict[str, Any]:
             "SM utilization per container on shared GPUs",
             "Share of the GPU's streaming multiprocessors used by each container's processes "
             "on a GPU shared by time-slicing.",
-            [target(f"gpu_exporter_container_sm_util_percent{{{POD}}}", SHARED_LEGEND)],
-            "percent",
-            maximum=100,
+            [target(f"gpu_exporter_container_sm_util_ratio{{{POD}}}", SHARED_LEGEND)],
+            "percentunit",
+            maximum=1,
         ),
         timeseries(
             "GPU memory per container on shared GPUs",
             "Framebuffer used by each container's processes on a GPU shared by time-slicing.",
-            [target(f"gpu_exporter_container_fb_used_mib{{{POD}}} * 1048576", SHARED_LEGEND)],
+            [target(f"gpu_exporter_container_fb_used_bytes{{{POD}}}", SHARED_LEGEND)],
             "bytes",
         ),
     ]

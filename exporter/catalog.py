@@ -26,6 +26,15 @@ TYPES = ("gauge", "counter", "label", "histogram", "summary")
 MAX_BYTES = 1 << 20  # a metrics file larger than 1 MiB is refused
 MAX_ROWS = 5000  # rows (DCGM knows about a thousand fields)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+# Throughputs over the last interval (gauges by nature) that NVIDIA's default CSV of
+# dcgm-exporter 4.8.2 types `counter`; the file's TYPE is kept (docs/compatibility.md).
+RATES = frozenset(
+    {
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+        "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    }
+)
 UNKNOWN = "not a field this exporter knows (docs/compatibility.md lists them)"
 
 
@@ -72,6 +81,10 @@ class Catalog:
 
     def names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.metrics + self.labels)
+
+    def rates_typed_counter(self) -> tuple[str, ...]:
+        """Served names of the throughputs (``RATES``) this file types ``counter``."""
+        return tuple(m.name for m in self.metrics if m.type == "counter" and m.field.name in RATES)
 
 
 @cache

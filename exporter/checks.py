@@ -172,6 +172,15 @@ def log_startup(cfg: Config, catalog: Catalog) -> None:
         )
         for line in skipped_lines(catalog):
             log.debug("%s", line)
+    rates = catalog.rates_typed_counter()
+    if rates:
+        log.info(
+            "%s types %s `counter`, as NVIDIA's CSV does, and they are served so; each is a "
+            "throughput over the last interval, not a running total: query the value as it "
+            "is (rate() or increase() over it is wrong)",
+            catalog.path,
+            ", ".join(rates),
+        )
     if cfg.no_effect:
         log.warning("accepted, no effect without DCGM: %s", ", ".join(cfg.no_effect))
     if cfg.web_systemd_socket:

@@ -240,4 +240,4 @@ class Builder:
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
-        return Exposition.of(b"".join([*self.dcgm_parts, self.selfmetrics.render().encode()]))
+        return Exposition.of(b"".join([*self.dcgm_parts, self.selfmetrics.render()]))

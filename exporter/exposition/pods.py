@@ -19,12 +19,13 @@ if TYPE_CHECKING:
 
 CACHE_MAX = 4096  # holders whose label text is kept; past it the cache starts over
 
-FB = "gpu_exporter_container_fb_used_mib"
-SM = "gpu_exporter_container_sm_util_percent"
+FB = "gpu_exporter_container_fb_used_bytes"
+SM = "gpu_exporter_container_sm_util_ratio"
 HELP = {
-    FB: "Framebuffer used by the container's processes on a shared GPU or MIG instance (MiB).",
-    SM: "SM utilization of the container's processes on a shared GPU (percent of the GPU).",
+    FB: "Framebuffer used by the container's processes on a shared GPU or MIG instance (bytes).",
+    SM: "SM utilization of the container's processes on a shared GPU (ratio 0-1 of the GPU).",
 }
+MIB = 1024 * 1024  # the shares come in MiB and percent, as the DCGM copies need them
 
 
 def holder_pairs(h: Holder) -> list[tuple[str, str]]:
@@ -79,8 +80,8 @@ def shared_families(splits: Iterable[Split], device_text: Callable[..., str]) ->
     for s in splits:
         dev = device_text(s.device)
         for o, v in s.fb.items():
-            lines[FB].append(text.sample(FB, f"{dev},{_owner_text(o)}", repr(round(v, 3))))
+            lines[FB].append(text.sample(FB, f"{dev},{_owner_text(o)}", str(round(v * MIB))))
         for o, v in s.sm.items():
-            lines[SM].append(text.sample(SM, f"{dev},{_owner_text(o)}", repr(round(v, 3))))
+            lines[SM].append(text.sample(SM, f"{dev},{_owner_text(o)}", repr(round(v / 100, 5))))
     out = [text.family(name, HELP[name], "gauge", ls) for name, ls in lines.items()]
     return "".join(out), len(lines[FB]) + len(lines[SM])

@@ -1,8 +1,8 @@
 """The exporter's own metrics (prefix ``gpu_exporter_``), rendered with each snapshot.
 
-Families come from the latest cycle's state, after the standard process metrics
-(selftext.py writes both without prometheus-client). Staleness is left to
-PromQL: ``time() - gpu_exporter_last_collection_success_timestamp_seconds``.
+Families come from the latest cycle's state; prometheus-client writes them after its
+standard process metrics (families.py). Staleness is left to PromQL:
+``time() - gpu_exporter_last_collection_success_timestamp_seconds``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.catalog import Skipped
-from exporter.exposition.selftext import Family, ProcessMetrics, Texts, counter
+from exporter.exposition.families import Family, Registry, counter
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
 
@@ -22,7 +22,18 @@ if TYPE_CHECKING:
     from exporter.kube.attribution import KubeStatus
 
 PREFIX = "gpu_exporter"
-GPU_LABELS = 6  # gpu, UUID, pci_bus_id, device, modelName, Hostname
+# gpu_exporter_gpu_up is our own family: its labels are the GPU's identity labels renamed
+# to snake_case (dcgm-exporter's names, in its order, for the DCGM series only)
+GPU_UP_LABELS = {
+    "gpu": "gpu",
+    "UUID": "uuid",
+    "uuid": "uuid",  # -o (dcgm-exporter 1.x names)
+    "pci_bus_id": "pci_bus_id",
+    "device": "device",
+    "modelName": "model_name",
+    "Hostname": "hostname",
+    "hostname": "hostname",
+}
 
 
 class SelfMetrics:
@@ -43,12 +54,11 @@ class SelfMetrics:
         self.skipped_rows: tuple[Skipped, ...] = ()  # metrics-file rows not served
         # config files' last loads: (kind, ok, unix time of the last success); signals.py
         self.reloads: Callable[[], Iterable[tuple[str, bool, float]]] = tuple
-        self.process = ProcessMetrics()
-        self._text = Texts()  # family text kept from the last render
+        self._registry = Registry(self.collect)
 
-    def render(self) -> str:
-        """The self-metrics text in the Prometheus text format, process metrics first."""
-        return self._text([*self.process.families(), *self.collect()])
+    def render(self) -> bytes:
+        """The self-metrics in the Prometheus text format (UTF-8), process metrics first."""
+        return self._registry.render()
 
     def collect(self) -> Iterator[Family]:
         """The exporter's own families from the current state."""
@@ -86,12 +96,12 @@ class SelfMetrics:
         yield Family(f"{p}_series", "DCGM series in the last rendered exposition.", self.series)
         skipped = Family(
             f"{p}_metrics_file_skipped_row",
-            "A metrics-file row this exporter does not serve; value is its line number "
-            "(gpu-exporter --check says why).",
-            labels=["field"],
+            "A metrics-file row this exporter does not serve, by field and line of the "
+            "file; value is 1 (gpu-exporter --check says why).",
+            labels=["field", "line"],
         )
         for row in self.skipped_rows:
-            skipped.add([row.name], row.line)
+            skipped.add([row.name, str(row.line)], 1)
         if self.skipped_rows:
             yield skipped
         yield from _reload_families(tuple(self.reloads()))
@@ -128,14 +138,15 @@ class SelfMetrics:
         )
         up = None
         for dev, value in [(d, 1) for d in snap.gpus] + [(d, 0) for d in snap.down]:
+            labels = _gpu_up_labels(dev)
             if up is None:
                 up = Family(
                     f"{p}_gpu_up",
                     "1 when the GPU answered in the last cycle; 0 when it was seen before "
                     "and is now lost or set aside.",
-                    labels=[k for k, _ in dev.labels[:GPU_LABELS]],
+                    labels=list(labels),
                 )
-            up.add(_gpu_label_values(dev), value)
+            up.add([labels.get(k, "") for k in up.labels], value)
         if up is not None:
             yield up
 
@@ -185,7 +196,9 @@ def _kube_families(st: KubeStatus) -> Iterator[Family]:
         )
     yield _counter(
         f"{PREFIX}_unmatched_device_ids",
-        "Device IDs from the kubelet that matched no GPU or MIG instance, by resource.",
+        "Device IDs in the kubelet's pod-resources answers that matched no GPU or MIG "
+        "instance, by resource; every occurrence in every answer counts (one answer per "
+        "collection cycle), so an ID that stays unmatched adds 1 each cycle.",
         ["resource"],
         [((resource,), n) for resource, n in st.unmatched],
     )
@@ -207,5 +220,6 @@ def _kube_families(st: KubeStatus) -> Iterator[Family]:
     )
 
 
-def _gpu_label_values(dev: Device) -> list[str]:
-    return [v for _, v in dev.labels[:GPU_LABELS]]
+def _gpu_up_labels(dev: Device) -> dict[str, str]:
+    """A GPU's identity labels under their snake_case names, in dcgm-exporter's order."""
+    return {GPU_UP_LABELS[k]: v for k, v in dev.labels if k in GPU_UP_LABELS}

@@ -46,26 +46,43 @@ MAX_REASON = 200
 MAX_DETAILS = 20
 
 
-def wants_gzip(accept_encoding: str) -> bool:
-    """Whether an Accept-Encoding header asks for gzip by name (``gzip;q=0`` refuses it).
+_QVALUE = re.compile(r"0(\.[0-9]{0,3})?|1(\.0{0,3})?")  # RFC 9110 §12.4.2
 
-    Only an explicit ``gzip`` (or ``x-gzip``) counts, not ``*``; a malformed quality
-    value counts as a refusal, so junk gets the plain text, which every client reads.
+
+def wants_gzip(accept_encoding: str) -> bool:
+    """Whether to gzip, by RFC 9110 §12.5.3: gzip is acceptable when the header names it
+    (``gzip`` or ``x-gzip``) with a weight above 0, or names ``*`` so (and not gzip);
+    identity when the header neither names it with weight 0 nor gives ``*`` weight 0.
+    Gzip is chosen when acceptable and weighed at least as much as identity (identity
+    not named: the least preferred acceptable coding). A weight that is not a qvalue
+    (0 to 1, at most three decimals) refuses its coding; where a coding is named twice
+    the first counts. No header or an empty one: plain text.
     """
-    for entry in accept_encoding.lower().split(","):
-        coding, *params = entry.split(";")
-        if coding.strip() not in ("gzip", "x-gzip"):
+    weights = _weights(accept_encoding)
+    star = weights.get("*")
+    gz = weights.get("gzip", star)
+    identity = weights.get("identity", star)
+    if not gz:  # not named (None) or refused (0)
+        return False
+    return identity is None or identity == 0 or gz >= identity
+
+
+def _weights(accept_encoding: str) -> dict[str, float]:
+    """Coding (lower case, x-gzip as gzip) -> its weight, for each coding the header names."""
+    out: dict[str, float] = {}
+    for element in accept_encoding.lower().split(","):
+        coding, *params = element.split(";")
+        coding = coding.strip()
+        coding = "gzip" if coding == "x-gzip" else coding
+        if not coding or coding in out:
             continue
         q = 1.0
         for param in params:
             name, _, value = param.partition("=")
             if name.strip() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        return 0 < q <= 1  # also false for nan
-    return False
+                q = float(value.strip()) if _QVALUE.fullmatch(value.strip()) else 0.0
+        out[coding] = q
+    return out
 
 
 def scrub(reason: str) -> str:

@@ -3,24 +3,38 @@
 One templated Prometheus data source used everywhere, an `__inputs` entry for UI import
 that provisioning can ignore, current panel types, a unit and a description on every
 panel, $__rate_interval in rate(), counters only through rate/increase, unique ids, no
-overlapping panels, and only metrics the exporter serves or the recording rules record.
+overlapping panels, and only metrics the exporter serves (on the simulator, in process) or
+the recording rules record.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter import sim
+from exporter.catalog import load
+from exporter.collector import Collector
+from exporter.config import default_metrics_file
+from exporter.exposition.build import Builder
+from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.kube.attribution import KubeStatus
+from exporter.kube.mapper import Owner
+from exporter.kube.sharing import Split
+from exporter.sim import Fault, ManualClock
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gpu-node.prom"
 FILES = sorted(DASHBOARDS.glob("*.json"))
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -69,11 +83,44 @@ def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+@functools.cache
+def _served_on_the_simulator() -> frozenset[str]:
+    """Family names the exporter serves with the shipped metrics file on the simulated
+    nodes: the default node and the mixed one (older GPUs serve retired pages), after an
+    XID, with pod attribution and a time-sliced GPU shared by two containers."""
+    catalog = load(default_metrics_file())
+    names: set[str] = set()
+    for fleet in (None, REPO / "exporter" / "sim" / "fleets" / "mixed.yaml"):
+        clock = ManualClock()
+        driver = sim.install(fleet, clock=clock)
+        col = Collector(catalog, "node-a")
+        try:
+            status = KubeStatus(True, True, (("nvidia.com/gpu", 1),), 2, (), 0)
+            builder = Builder(SelfMetrics(1.0, lambda status=status: status))
+            snap = col.collect()
+            driver.inject(Fault("xid", gpu=0, xid=13))
+            deadline = time.monotonic() + 10
+            while not (col.xid and col.xid.state().counts) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            clock.advance(1.0)
+            snap = col.collect()
+            a, b = Owner("ns", "a", "c"), Owner("ns", "b", "c")
+            shared = Split(snap.gpus[0], {a: 100.0, b: 0.0}, {a: 5.0, b: 0.0})
+            builder.selfmetrics.snapshot = snap
+            builder.dcgm(snap, catalog, splits=[shared])
+            text = builder.build().plain.decode()
+        finally:
+            col.close()
+            sim.uninstall()
+        names |= {f.name for f in text_string_to_metric_families(text)}
+        names |= set(re.findall(r"^# TYPE (\S+)", text, re.M))  # counters: with _total
+    return frozenset(names)
+
+
 def _known_metrics() -> set[str]:
-    served = set(re.findall(r"^# TYPE (\S+)", FIXTURE.read_text(encoding="utf-8"), re.M))
     rules = yaml.safe_load((REPO / "alerts/gpu-recording.rules.yaml").read_text())["groups"]
     recorded = {rule["record"] for group in rules for rule in group["rules"]}
-    return served | recorded | {"ALERTS"}
+    return set(_served_on_the_simulator()) | recorded | {"ALERTS"}
 
 
 @pytest.fixture(params=FILES, ids=[path.name for path in FILES])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from tests.procs import Exporter, Prometheus, require, wait_until
+import pytest
+import yaml
+
+from tests.procs import ROOT, Exporter, Prometheus, require, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +24,7 @@ def scraped(tmp_path_factory):
         f"    static_configs: [{{targets: ['127.0.0.1:{exp.port}']}}]\n"
     )
     prom = Prometheus(config, work)
+    prom.exporter = exp
     try:
         wait_until(lambda: prom.query('up{job="gpu-exporter"} == 1'), 30, "a successful scrape")
         yield prom
@@ -45,8 +49,29 @@ def test_fb_used_for_each_mig_instance(scraped):
     assert len(keys) == 11
 
 
+def _per_device_series() -> tuple[int, int]:
+    """README's series per whole H100 and per MIG instance (default metrics file, -d f)."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"(\d+) per whole H100 \(fewer on GPUs that lack a field\), (\d+) per MIG", text)
+    assert m, "README no longer states the series per device"
+    return int(m.group(1)), int(m.group(2))
+
+
 def test_scrape_is_clean(scraped):
-    res = scraped.query('scrape_samples_post_metric_relabeling{job="gpu-exporter"}')
-    assert float(res[0]["value"][1]) > 300
+    """Prometheus takes every sample the exporter serves: the DCGM series the fleet file
+    and README's per-device counts give, plus the exporter's own samples."""
+    fleet = yaml.safe_load((ROOT / "exporter" / "sim" / "fleets" / "default.yaml").read_text())
+    whole = sum(1 for g in fleet["gpus"] if not g.get("mig"))
+    instances = sum(len(g["mig"]) for g in fleet["gpus"] if g.get("mig"))
+    assert (whole, instances) == (6, 11)
+    per_gpu, per_instance = _per_device_series()
+    dcgm = whole * per_gpu + instances * per_instance
+    served = [ln for ln in scraped.exporter.metrics().splitlines() if ln and ln[0] != "#"]
+    assert sum(ln.startswith("DCGM_") for ln in served) == dcgm
+    own = sum(ln.startswith(("gpu_exporter_", "process_")) for ln in served)
+    assert own == len(served) - dcgm  # nothing else is served
+    for what in ("scrape_samples_scraped", "scrape_samples_post_metric_relabeling"):
+        res = scraped.query(f'{what}{{job="gpu-exporter"}}')
+        assert float(res[0]["value"][1]) == dcgm + own, what
     # Prometheus parsed every sample: no exemplar or format errors show up as missing series
     assert scraped.query("gpu_exporter_gpus")[0]["value"][1] == "8"

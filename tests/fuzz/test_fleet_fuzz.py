@@ -5,10 +5,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pynvml
+import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter import sim
 from exporter.sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from exporter.sim.schema import FleetError
 from tests.fuzz.strategies import FAST, TEXT, yaml_like
@@ -87,6 +90,26 @@ def test_any_file_text_loads_or_raises_fleet_error(tmp_path_factory, text):
         assert str(e).startswith(str(path))
 
 
-def test_the_fleets_mutated_above_load_as_they_are():
-    for data in BASES:
-        Fleet.from_dict(copy.deepcopy(data), "base.yaml")
+@pytest.mark.parametrize("path", sorted(FLEETS_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_fleets_mutated_above_load_as_they_are(path):
+    """Each shipped fleet, unmutated, is what pynvml then reports: its GPUs in file
+    order with their models, and on each MIG GPU as many MIG devices as it lists."""
+    data = yaml.safe_load(path.read_text())
+    sim.install(path)
+    try:
+        pynvml.nvmlInit()
+        assert pynvml.nvmlDeviceGetCount() == len(data["gpus"])
+        for i, spec in enumerate(data["gpus"]):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            assert pynvml.nvmlDeviceGetName(h) == spec["model"], (path.name, i)
+            migs = []
+            if spec.get("mig"):
+                for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+                    try:
+                        migs.append(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j))
+                    except pynvml.NVMLError_NotFound:
+                        continue
+            assert len(migs) == len(spec.get("mig") or []), (path.name, i)
+        pynvml.nvmlShutdown()
+    finally:
+        sim.uninstall()

@@ -20,8 +20,9 @@ from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import Exporter, wait_until
 
 FIX = Path(__file__).parents[1] / "fixtures" / "timeslice"
-FB = "gpu_exporter_container_fb_used_mib"
-SM = "gpu_exporter_container_sm_util_percent"
+FB = "gpu_exporter_container_fb_used_bytes"
+SM = "gpu_exporter_container_sm_util_ratio"
+MIB = 2**20  # the fleet gives process memory in MiB; the families are in bytes
 
 
 @pytest.fixture
@@ -90,13 +91,13 @@ def test_three_pods_on_one_time_sliced_gpu(node):
         ("batch", "batch-c", "worker"),
     }
     fleet = load_fleet(DEFAULT_FLEET)
-    procs = {p.pid: p.used_memory_mib for p in fleet.gpus[1].processes}
+    procs = {p.pid: p.used_memory_mib * MIB for p in fleet.gpus[1].processes}
     assert fb[("batch", "batch-a", "worker")] == procs[41101]
     assert fb[("batch", "batch-b", "worker")] == procs[41102]
     assert fb[("batch", "batch-c", "worker")] == procs[41103]
     assert sum(fb.values()) == sum(procs.values())
     sm = per_container(text, SM, "1")
-    assert set(sm) == set(fb) and all(0 <= v <= 100 for v in sm.values())
+    assert set(sm) == set(fb) and all(0 <= v <= 1 for v in sm.values())  # a ratio
     # device series of the shared GPU carry no pod labels
     assert all("pod" not in s.labels for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="1"))
     assert all("pod" not in s.labels for s in find(text, "DCGM_FI_DEV_GPU_UTIL", gpu="1"))
@@ -107,7 +108,9 @@ def test_mps_gpu_idle_container_and_unattributed_process(node):
     text = exp.wait_metrics(lambda t: 'pod="mps-a"' in t, 15, "MPS series")
     fb = per_container(text, FB, "5")
     fleet = load_fleet(DEFAULT_FLEET)
-    compute = {p.pid: p.used_memory_mib for p in fleet.gpus[5].processes if p.type == "compute"}
+    compute = {
+        p.pid: p.used_memory_mib * MIB for p in fleet.gpus[5].processes if p.type == "compute"
+    }
     assert fb[("serving", "mps-a", "client")] == compute[41501]
     assert fb[("serving", "mps-b", "client")] == 0  # holds a share, runs nothing
     assert sum(fb.values()) == sum(compute.values())

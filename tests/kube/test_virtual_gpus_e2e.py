@@ -25,7 +25,7 @@ from tests.procs import Exporter, require
 
 FIX = Path(__file__).parents[1] / "fixtures" / "timeslice"
 BATCH = {"batch-a", "batch-b", "batch-c"}
-SM = "gpu_exporter_container_sm_util_percent"
+SM = "gpu_exporter_container_sm_util_ratio"
 PER_PROCESS = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"}
 
 
@@ -112,8 +112,9 @@ def test_utilization_and_memory_by_pod_come_from_the_pods_processes(virtual):
     util = find(text, "DCGM_FI_DEV_GPU_UTIL", gpu="1")
     assert sum("pod" not in s.labels for s in util) == 1
     util_by_pod = {s.labels["pod"]: s.value for s in util if "pod" in s.labels}
-    sm = {s.labels["pod"]: s.value for s in find(text, SM, gpu="1")}
-    assert util_by_pod == sm and set(sm) == BATCH
+    # the DCGM copy keeps dcgm-exporter's unit (percent); ours is a ratio
+    sm = {s.labels["pod"]: s.value * 100 for s in find(text, SM, gpu="1")}
+    assert util_by_pod == pytest.approx(sm) and set(sm) == BATCH
 
 
 def test_mps_holder_running_nothing_reads_zero(virtual):

@@ -152,7 +152,7 @@ def test_gpu_series_survive_every_api_server_fault(tmp_path, kubelet):
         env={"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url)),
              "KUBERNETES_SERVICE_HOST": ""}, log=tmp_path / "log",
     )  # fmt: skip
-    split = 'gpu_exporter_container_fb_used_mib{gpu="1"'
+    split = 'gpu_exporter_container_fb_used_bytes{gpu="1"'
 
     def api_up() -> float:
         return find(node.metrics(), "gpu_exporter_kube_api_up")[0].value

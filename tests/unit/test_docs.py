@@ -49,3 +49,46 @@ def test_compatibility_flag_table_matches_the_parser():
         args = [f"--{f.long}"] if f.boolean else [f"--{f.long}", "x"]
         assert getattr(parser.parse_args(args), f.dest) is not None
     assert table["--version"][1] == "`-v`" and "-v" in options
+
+
+def test_security_doc_figures_are_the_codes():
+    """The stop deadline, the kubelet message cap and the List deadline, as the code has
+    them, in the sentences of docs/security.md that state them."""
+    import inspect
+
+    from exporter.http.server import STOP_DEADLINE_S
+    from exporter.kube.limits import MAX_MESSAGE_BYTES
+    from exporter.kube.podresources import PodResourcesClient
+
+    text = " ".join((ROOT / "docs" / "security.md").read_text().split())
+    stop = re.search(r"SIGTERM stops within ([\d.]+) s", text)
+    assert stop and float(stop.group(1)) == STOP_DEADLINE_S, stop
+    cap = re.search(r"a (\d+) MiB message cap", text)
+    assert cap and int(cap.group(1)) * 1024 * 1024 == MAX_MESSAGE_BYTES, cap
+    deadline = re.search(r"only `List` is called, with a ([\d.]+) s deadline", text)
+    timeout = inspect.signature(PodResourcesClient).parameters["timeout_s"].default
+    assert deadline and float(deadline.group(1)) == timeout, deadline
+
+
+def test_compatibility_doc_units_are_the_help_texts():
+    """Each throughput's unit in the units line and in the field table is the one the
+    shipped metrics file's HELP gives it."""
+    from exporter.config import default_metrics_file
+
+    text = (ROOT / "docs" / "compatibility.md").read_text()
+    units_line = " ".join(text.split("- Units:", 1)[1].split("\n- ", 1)[0].split())
+    helps = {}
+    for line in Path(default_metrics_file()).read_text().splitlines():
+        if line.startswith("DCGM_"):
+            name, _, help_text = (c.strip() for c in line.split(",", 2))
+            helps[name] = help_text
+    cases = {
+        "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("KB/s", "in KB/s"),
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ("1000 KiB/s", "in 1000 KiB/s"),
+    }
+    for name, (unit, said) in cases.items():
+        assert said in helps[name], (name, helps[name])
+        row = re.search(rf"^\| {name} \| \w+ \| ([^|]+) \|", text, re.M)
+        assert row and row.group(1).strip() == unit, (name, row)
+        assert re.search(rf"{re.escape(unit)}[^;]*`{name}`", units_line), (name, units_line)
+    assert "bytes/s for PCIe/NVLink" not in units_line

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 from types import MappingProxyType, SimpleNamespace
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.catalog import load
 from exporter.config import default_metrics_file
-from exporter.exposition import build, dcgm, text
+from exporter.exposition import build, text
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.xid import XidCounter
@@ -18,7 +20,6 @@ from exporter.kube.attribution import Holder
 from exporter.kube.mapper import Owner
 from exporter.nvml.devices import Device
 from exporter.nvml.events import XidState
-from exporter.nvml.xidcatalog import describe
 from exporter.snapshot import Snapshot
 from tests.exposition import samples
 
@@ -189,22 +190,56 @@ def test_one_holder_adds_pod_labels_in_dcgm_order():
     )
 
 
-def test_a_new_family_is_one_function(monkeypatch: pytest.MonkeyPatch):
-    def constant(spec, fr):
-        return [text.sample(spec.name, fr.labels(g), "7") for g in fr.snap.gpus]
-
-    monkeypatch.setitem(dcgm.BY_NAME, "DCGM_FI_DEV_GPU_TEMP", constant)
+def test_each_row_of_the_metrics_file_is_one_family(tmp_path: Path):
+    """As dcgm-exporter: one family per row, in the file's order, with the row's TYPE and
+    HELP; plain fields carry the reading, XID_ERRORS its own samples (last XID, code)."""
+    csv = tmp_path / "three.csv"
+    csv.write_text(
+        "# a comment\n"
+        "DCGM_FI_DEV_POWER_USAGE, counter, Power as a counter (odd; the file says so).\n"
+        "DCGM_FI_DEV_XID_ERRORS, gauge, Last XID.\n"
+        "DCGM_FI_DEV_GPU_TEMP, gauge, Temperature (in C).\n"
+    )
     g = gpu(0)
-    body, _ = dcgm_text(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}))
-    assert [x.value for x in samples(body) if x.name == "DCGM_FI_DEV_GPU_TEMP"] == [7]
+    values = {g.key: {"DCGM_FI_DEV_GPU_TEMP": 40, "DCGM_FI_DEV_POWER_USAGE": 99.5}}
+    b = Builder(SelfMetrics(1.0))
+    assert b.dcgm(snap([g], values=values, last=[(g.uuid, 13)]), load(csv)) == 3
+    fams = list(text_string_to_metric_families(b.dcgm_text))
+    assert [(f.name, f.type, f.documentation) for f in fams] == [
+        ("DCGM_FI_DEV_POWER_USAGE", "counter", "Power as a counter (odd; the file says so)."),
+        ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Last XID."),
+        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "Temperature (in C)."),
+    ]
+    assert [s.value for f in fams for s in f.samples] == [99.5, 13, 40]
+    assert fams[1].samples[0].labels["err_code"] == "13"
+
+
+# NVIDIA's Xid catalog: the words by which it names each of these codes.
+NVIDIA_XID_NAMES = {
+    13: r"graphics engine exception",
+    31: r"(mmu|memory page) fault",
+    48: r"double.bit ecc",
+    79: r"fallen off the bus",
+    94: r"contained ecc",
+    95: r"uncontained ecc",
+    119: r"gsp",
+}
 
 
 def test_last_xid_names_the_code():
     g = gpu(0)
-    body, _ = dcgm_text(snap([g], last=[(g.uuid, 79)]))
-    x = next(x for x in samples(body) if x.name == "DCGM_FI_DEV_XID_ERRORS")
-    assert (x.value, x.labels["err_code"], x.labels["err_msg"]) == (79, "79", describe(79))
-    assert describe(100000) == "Unknown XID"
+    body, _ = dcgm_text(snap([g]))
+    (x,) = [x for x in samples(body) if x.name == "DCGM_FI_DEV_XID_ERRORS"]
+    # dcgm-exporter before any XID: 0, "No Error"
+    assert (x.value, x.labels["err_code"], x.labels["err_msg"]) == (0, "0", "No Error")
+    for code, name in NVIDIA_XID_NAMES.items():
+        body, _ = dcgm_text(snap([g], last=[(g.uuid, code)]))
+        (x,) = [x for x in samples(body) if x.name == "DCGM_FI_DEV_XID_ERRORS"]
+        assert (x.value, x.labels["err_code"]) == (code, str(code))
+        assert re.search(name, x.labels["err_msg"], re.IGNORECASE), (code, x.labels["err_msg"])
+    body, _ = dcgm_text(snap([g], last=[(g.uuid, 100000)]))
+    (x,) = [x for x in samples(body) if x.name == "DCGM_FI_DEV_XID_ERRORS"]
+    assert (x.value, x.labels["err_msg"]) == (100000, "Unknown XID")
 
 
 # --- XID counter --------------------------------------------------------------------------
