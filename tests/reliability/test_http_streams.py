@@ -119,7 +119,11 @@ def _statuses_one(s: socket.socket) -> int:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     node = Exporter(
-        "-c", "1000", "--http-max-header-bytes", "1024", log=tmp_path_factory.mktemp("framing") / "log"
+        "-c",
+        "1000",
+        "--http-max-header-bytes",
+        "1024",
+        log=tmp_path_factory.mktemp("framing") / "log",
     )  # 2000-byte bodies: counted as heads, they would get 431
     node.wait_ready()
     yield node
