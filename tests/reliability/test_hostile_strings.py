@@ -13,7 +13,6 @@ exported as U+FFFD, the exposition parses, and the log says so once, not once pe
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import time
@@ -27,6 +26,7 @@ from exporter.config import default_metrics_file
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, wait_until
+from tests.reliability.test_kube_faults import kubeconfig
 
 PODS = ROOT / "tests" / "fixtures" / "hostile" / "pods.yaml"
 FRESH = re.compile(r"^gpu_exporter_last_collection_success_timestamp_seconds (\S+)$", re.M)
@@ -48,22 +48,6 @@ class CorruptKubelet(FakeKubelet):
         return data
 
 
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "f", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "f", "context": {"cluster": "f", "user": "u"}}],
-                "current-context": "f",
-            }
-        )
-    )
-    return path
-
-
 @pytest.fixture
 def node(tmp_path):
     kubelet = CorruptKubelet(
@@ -77,7 +61,7 @@ def node(tmp_path):
         str(kubelet.socket_path), "--kubernetes-enable-pod-labels",
         "--kubernetes-enable-pod-uid", log=tmp_path / "log",
         env={
-            "KUBECONFIG": str(_kubeconfig(tmp_path / "kubeconfig", api.url)),
+            "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url)),
             "KUBERNETES_SERVICE_HOST": "",
             "NODE_NAME": "node-a",
         },
