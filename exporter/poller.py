@@ -6,6 +6,10 @@ own (no second thread is started while it hangs, so threads never pile up)
 and scrapes keep getting the last exposition, whose self-metrics show the age.
 Cancelling :meth:`Poller.run` ends it at once, even while the worker hangs in
 an NVML call: the wait never shields the worker's future from cancellation.
+
+No value can end the loop: each step of a cycle (collect, attribution, publish) that
+raises is counted (``gpu_exporter_cycle_step_failures_total{step}``) and logged at most
+once a minute, and scrapes keep the last exposition; the next interval tries again.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from exporter.collector import Collector
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
+from exporter.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
 
 if TYPE_CHECKING:
@@ -28,7 +33,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+STEPS = ("collect", "attribution", "publish")
+"""The steps of a cycle, as the ``step`` label of gpu_exporter_cycle_step_failures_total."""
+
 STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
+STEP_LOG_S = 60.0  # a failing step of the cycle is logged at most this often
 
 
 class Poller:
@@ -59,7 +68,8 @@ class Poller:
         self._pending: Future[Snapshot] | None = None
         self._next_catalog: Catalog | None = None
         self._stuck_logged = float("-inf")
-        self._crash_logged = ""
+        self._step_logs = {step: RateLimited(STEP_LOG_S) for step in STEPS}
+        self.failing = ""  # why the last cycle's attribution or publish failed, if it did
         self._started = 0.0  # monotonic start of the cycle in the worker
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
         self._trimmer = Trimmer()
@@ -83,7 +93,10 @@ class Poller:
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
-            await self.cycle()
+            try:
+                await self.cycle()
+            except Exception as e:  # the self-metrics of a skipped or failed cycle
+                self._step_failed("publish", e)
             next_at += self.interval_s
             now = loop.time()
             if next_at < now:  # fell behind: skip missed ticks instead of bursting
@@ -122,19 +135,41 @@ class Poller:
             # The loop must outlive it (a dead loop fails /health and restarts the pod):
             # count it, keep serving the last exposition, and try again next interval.
             self.selfmetrics.collections["failure"] += 1
-            if str(e) != self._crash_logged:
-                self._crash_logged = str(e)
-                log.exception("collection cycle failed; serving the last snapshot")
+            self._step_failed("collect", e)
             self._publish_self()
             return
         if self.stuck:
             log.warning("collection cycles finish again")
             self._stuck_logged = float("-inf")
         self.stuck = ""
+        self.failing = ""
         if self.attribution is not None:
-            await self.attribution.refresh(snap)
-        # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
-        await asyncio.wrap_future(self.executor.submit(self.publish, snap))
+            try:
+                await self.attribution.refresh(snap)
+            except Exception as e:  # publish with the pod map as it stands
+                self._step_failed("attribution", e)
+        try:
+            # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
+            await asyncio.wrap_future(self.executor.submit(self.publish, snap))
+        except Exception as e:  # the last exposition stays; its self-metrics are redone
+            self._step_failed("publish", e)
+            try:
+                self._publish_self()
+            except Exception:  # a self-metric is the bad value: all of the last one stays
+                log.debug("self-metrics not rebuilt either", exc_info=True)
+
+    def _step_failed(self, step: str, e: Exception) -> None:
+        """Count a step that raised and log it, one line a minute per step (the traceback
+        at debug level): a value from a peer may fail every cycle."""
+        self.selfmetrics.step_failures[step] += 1
+        why = f"{type(e).__name__}: {e}".encode("ascii", "backslashreplace").decode()[:300]
+        if step != "collect":
+            self.failing = f"the {step} step of the last cycle failed ({why})"
+        self._step_logs[step].log(
+            log, logging.ERROR, "collection cycle: %s failed (%s); serving the last exposition",
+            step, why,
+        )  # fmt: skip
+        log.debug("%s step failed", step, exc_info=e)
 
     async def _wait(self, pending: Future[Snapshot]) -> Snapshot:
         """The cycle's snapshot; TimeoutError after the collect timeout.
@@ -159,8 +194,19 @@ class Poller:
             log.warning("%s; serving the last snapshot", self.stuck)
 
     def publish(self, snap: Snapshot) -> None:
-        """Build the exposition that scrapes serve from a snapshot."""
+        """Build the exposition that scrapes serve from a snapshot. When the DCGM part
+        cannot be built, it raises before anything of the cycle is published."""
         sm = self.selfmetrics
+        attr = self.attribution
+        if attr is None:
+            series = self.builder.dcgm(snap, self.catalog)
+        else:
+            series = self.builder.dcgm(
+                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
+            )
+            ok = not attr.mapper.status
+            sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
+        sm.series = series
         self.snapshot = snap
         self.cycles += 1
         s = self.collector.session
@@ -172,15 +218,6 @@ class Poller:
             sm.last_success = snap.taken_at
         else:
             sm.collections["failure"] += 1
-        attr = self.attribution
-        if attr is None:
-            sm.series = self.builder.dcgm(snap, self.catalog)
-        else:
-            ok = not attr.mapper.status
-            sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
-            sm.series = self.builder.dcgm(
-                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
-            )
         self._publish_self()
         if snap.ok:  # only now: /ready must not say yes before /metrics has the series
             self.last_ok_monotonic = time.monotonic()
@@ -196,6 +233,8 @@ class Poller:
         details = list(self.snapshot.problems) if self.snapshot else []
         if self.attribution is not None:
             details += self.attribution.details()
+        if self.failing:
+            details.insert(0, self.failing)
         if self.stuck:
             details.insert(0, self.stuck)
         if self.last_ok_monotonic is None:

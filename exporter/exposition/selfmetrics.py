@@ -43,6 +43,7 @@ class SelfMetrics:
         self.interval_s = interval_s
         self.kube = kube
         self.collections: Counter[str] = Counter()
+        self.step_failures: Counter[str] = Counter()  # cycle steps that raised (poller.py)
         self.last_success = 0.0
         self.series = 0
         self.snapshot: Snapshot | None = None
@@ -86,6 +87,13 @@ class SelfMetrics:
             "Collection cycles by result.",
             ["result"],
             [((r,), self.collections[r]) for r in ("success", "failure", "skipped")],
+        )
+        yield _counter(
+            f"{p}_cycle_step_failures",
+            "Steps of a collection cycle that raised an error, by step; the last good "
+            "exposition stayed in place.",
+            ["step"],
+            [((step,), self.step_failures[step]) for step in ("collect", "attribution", "publish")],
         )
         yield _counter(
             f"{p}_nvml_errors",

@@ -2,19 +2,47 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterable
 
+from exporter.ratelimit import RateLimited
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REPLACEMENT = "\ufffd"
+"""What stands for a code point UTF-8 cannot encode (U+FFFD, the replacement character)."""
+
+log = logging.getLogger(__name__)
+_SURROGATES = re.compile("[\ud800-\udfff]")
+_replaced = RateLimited(60.0)
+
+
+def valid(value: str) -> str:
+    """``value`` with every code point UTF-8 cannot encode replaced by U+FFFD: the lone
+    surrogates a JSON string such as ``"\\ud800"`` decodes to (in a Python string every
+    surrogate is one). So no string from the kubelet, the API server or NVML can make
+    encoding the exposition fail. Logged at most once a minute."""
+    if value.isascii():
+        return value
+    fixed = _SURROGATES.sub(REPLACEMENT, value)
+    if fixed != value:
+        _replaced.log(
+            log,
+            logging.WARNING,
+            "a label value or help text held code points UTF-8 cannot encode (lone "
+            "surrogates, from a hostile or broken peer): each is exported as U+FFFD",
+        )
+    return fixed
 
 
 def escape(value: str) -> str:
-    """Escape a label value: backslash, double quote and newline."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """Escape a label value: backslash, double quote and newline (and :func:`valid`)."""
+    return valid(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def escape_help(text: str) -> str:
-    """Escape a HELP text: backslash and newline."""
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+    """Escape a HELP text: backslash and newline (and :func:`valid`)."""
+    return valid(text).replace("\\", "\\\\").replace("\n", "\\n")
 
 
 def join(pairs: Iterable[tuple[str, str]]) -> str:

@@ -157,6 +157,7 @@ class Guard(asyncio.Protocol):
             self._write_timer = loop.call_later(self.pool.limits.write_s, self._write_timeout)
         if self.connected:
             self.inner.pause_writing()
+            self._reading(False)  # a client that does not read gets no more requests in
 
     @property
     def stalled(self) -> bool:
@@ -169,6 +170,19 @@ class Guard(asyncio.Protocol):
             self._write_timer = None
         if self.connected:
             self.inner.resume_writing()
+            self._reading(True)
+
+    def _reading(self, on: bool) -> None:
+        """Pause or resume reading from the client, on the transport aiohttp reads (TLS's
+        or the socket's). Resumed only where aiohttp does not hold it paused itself (its
+        queue of pipelined requests is full, or a request body waits to be read)."""
+        transport = getattr(self.inner, "transport", None)
+        if transport is None or transport.is_closing():
+            return
+        if not on:
+            transport.pause_reading()
+        elif not any(getattr(self.inner, a, False) for a in ("_reading_paused", "_buffer_paused")):
+            transport.resume_reading()
 
     def _write_timeout(self) -> None:
         self._write_timer = None

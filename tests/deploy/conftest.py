@@ -14,9 +14,8 @@ from tests.procs import ROOT, require
 
 DEPLOY = ROOT / "deploy"
 COMPONENTS = sorted(p.name for p in (DEPLOY / "components").iterdir() if p.is_dir())
-# Components left out of "all": without-prometheus-operator excludes kube-prometheus-stack,
-# and existing-namespace needs the namespace its overlay sets (rendered as "moved" below).
-EXCLUSIVE = {"without-prometheus-operator", "existing-namespace"}
+# Components left out of "all": without-prometheus-operator excludes kube-prometheus-stack.
+EXCLUSIVE = {"without-prometheus-operator"}
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if p.is_dir())
 # "moved": the existing-namespace overlay with every other combinable component, as
 # docs/deploy.md tells users to copy and extend it.
@@ -32,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _render(folder: Path) -> list[dict[str, Any]]:
+def render(folder: Path) -> list[dict[str, Any]]:
     kubectl = require("kubectl", "kubectl (1.27 or newer, with kustomize)")
     p = subprocess.run(
         [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=120
@@ -43,8 +42,9 @@ def _render(folder: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def rendered(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
-    """Target name -> its objects. "all" is the base with every component that combines with
-    the others, as a user would put them together in a kustomization of their own."""
+    """Target name -> its objects. "all" is deploy/namespace and the base with every component
+    that combines with the others, as a user would put them together in a kustomization of
+    their own (the README's install)."""
     combo = tmp_path_factory.mktemp("all-components")
     rel = os.path.relpath(DEPLOY, combo)
     (combo / "kustomization.yaml").write_text(
@@ -52,7 +52,7 @@ def rendered(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
             {
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
-                "resources": [f"{rel}/base"],
+                "resources": [f"{rel}/namespace", f"{rel}/base"],
                 "components": [f"{rel}/components/{c}" for c in COMPONENTS if c not in EXCLUSIVE],
             }
         )
@@ -64,13 +64,11 @@ def rendered(tmp_path_factory) -> dict[str, list[dict[str, Any]]]:
     )
     rel = os.path.relpath(DEPLOY, moved)
     overlay["resources"] = [f"{rel}/base"]
-    overlay["components"] = [f"{rel}/components/existing-namespace"] + [
-        f"{rel}/components/{c}" for c in COMPONENTS if c not in EXCLUSIVE
-    ]
+    overlay["components"] = [f"{rel}/components/{c}" for c in COMPONENTS if c not in EXCLUSIVE]
     (moved / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
     folders = {"base": DEPLOY / "base", "all": combo, "moved": moved}
     folders |= {t: DEPLOY / "overlays" / t for t in TARGETS if t not in folders}
-    return {name: _render(folder) for name, folder in folders.items()}
+    return {name: render(folder) for name, folder in folders.items()}
 
 
 @pytest.fixture(scope="session")

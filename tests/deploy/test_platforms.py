@@ -1,11 +1,16 @@
 """Platform specifics on the rendered manifests: GPU Operator driver upgrades, OpenShift's
-SCC and namespace labels, and an install into an existing namespace."""
+SCC and namespace labels, and an install into an existing namespace, by our overlay or by
+a plain `namespace:` over the base or any overlay."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from tests.deploy.conftest import MOVED_NAMESPACE
+import pytest
+import yaml
+
+from tests.deploy.conftest import DEPLOY, MOVED_NAMESPACE, OVERLAYS, render
 
 
 def _kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -73,7 +78,7 @@ def test_openshift_scc_admits_exactly_this_pod(rendered):
 
 
 def test_openshift_namespace_labels(rendered):
-    (ns,) = _kind(rendered["openshift"], "Namespace")
+    (ns,) = _kind(rendered["all"], "Namespace")  # deploy/namespace with the component
     labels = ns["metadata"]["labels"]
     assert labels["openshift.io/cluster-monitoring"] == "true"
     assert labels["security.openshift.io/scc.podSecurityLabelSync"] == "false"
@@ -117,3 +122,38 @@ def test_openshift_platform_prometheus_reads_only_this_namespaces_targets(render
                 "namespace": "openshift-monitoring",
             }
         ]
+
+
+@pytest.mark.parametrize("under", ["base", *OVERLAYS])
+def test_a_namespace_field_over_any_overlay_moves_the_install(tmp_path, under):
+    """What kustomize users write: `namespace: monitoring` in their kustomization over the
+    base or an overlay. Every object lands there, every binding of our ServiceAccount names
+    it there (kustomize follows the ServiceAccount only when its namespace is spelt out in
+    the base), and no Namespace object comes along to be applied over theirs."""
+    site = tmp_path / "site"
+    site.mkdir()
+    folder = DEPLOY / under if under == "base" else DEPLOY / "overlays" / under
+    (site / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "namespace": MOVED_NAMESPACE,
+                "resources": [os.path.relpath(folder, site)],
+            }
+        )
+    )
+    objs = render(site)
+    assert not _kind(objs, "Namespace")
+    (account,) = _kind(objs, "ServiceAccount")
+    assert account["metadata"]["namespace"] == MOVED_NAMESPACE
+    ours = [
+        s
+        for b in _kind(objs, "ClusterRoleBinding") + _kind(objs, "RoleBinding")
+        for s in b["subjects"]
+        if s["name"] == account["metadata"]["name"]
+    ]
+    assert ours and {s["namespace"] for s in ours} == {MOVED_NAMESPACE}
+    cluster = {"ClusterRole", "ClusterRoleBinding", "SecurityContextConstraints"}
+    namespaces = {o["metadata"].get("namespace") for o in objs if o["kind"] not in cluster}
+    assert namespaces == {MOVED_NAMESPACE}

@@ -287,6 +287,23 @@ def test_head_http10_and_pipelining(node):
     )
 
 
+HOSTS = {
+    "no Host in HTTP/1.1": (b"GET /metrics HTTP/1.1\r\n\r\n", 400),
+    "two Host headers": (b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    "one Host, twice the same": (b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400),
+    "HTTP/1.0 without Host": (b"GET /health HTTP/1.0\r\n\r\n", 200),
+}
+
+
+@pytest.mark.parametrize(("head", "status"), HOSTS.values(), ids=HOSTS.keys())
+def test_host_header_as_rfc_9112_asks(node, head, status):
+    """RFC 9112 3.2: a server answers 400 to an HTTP/1.1 request without a Host header or
+    with more than one; HTTP/1.0 requests need none. Each comes alone in one read, as a
+    scrape does."""
+    response = raw(node, head, timeout=2)
+    assert [int(m) for m in re.findall(rb"HTTP/1\.[01] (\d{3}) ", response)] == [status]
+
+
 def test_a_request_body_nobody_reads_is_bounded(node):
     """A GET announcing 100 MB of body: answered, and the body is read (and dropped) for
     at most aiohttp's lingering time, never stored."""

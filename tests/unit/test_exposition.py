@@ -79,6 +79,25 @@ def test_help_escapes_backslash_and_newline_only():
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "exported"),
+    [
+        ("\ud800", "\ufffd"),  # a lone surrogate: what JSON's "\ud800" decodes to
+        ("a\udfffb\ud83d", "a\ufffdb\ufffd"),
+        ("\ud83d\ude00", "\ufffd\ufffd"),  # a pair left as two code points is two lone ones
+        ("\U0001f600 \uffff \u2028 \x00", "\U0001f600 \uffff \u2028 \x00"),  # all valid
+    ],
+)
+def test_code_points_utf8_cannot_encode_are_replaced(value, exported):
+    """Every surrogate code point becomes U+FFFD in label values and help texts, so that
+    encoding the exposition cannot fail; every other string is kept as it is."""
+    assert text.escape(value) == exported
+    assert (
+        text.head("m", value, "gauge").encode() == f"# HELP m {exported}\n# TYPE m gauge\n".encode()
+    )
+    assert text.join([("x", value)]).encode() == f'x="{exported}"'.encode()
+
+
 def test_values_keep_ints_and_round_trip_floats():
     assert text.num(3) == "3"
     assert text.num(0.1) == "0.1"

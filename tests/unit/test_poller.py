@@ -77,6 +77,34 @@ async def test_a_stuck_cycle_keeps_the_last_readings_and_is_not_doubled(node):
     assert any("has not finished" in w for w in poller.readiness()[1])
 
 
+async def test_a_failing_publish_keeps_the_last_exposition(node, monkeypatch, caplog):
+    """A render that raises (a value nobody planned for) is counted and logged once a
+    minute; scrapes keep the last exposition; the next good cycle publishes again."""
+    _, poller = node
+    await poller.cycle()
+    temps = find(poller.exposition.plain.decode(), "DCGM_FI_DEV_GPU_TEMP")
+    good = poller.builder.dcgm
+
+    def bad(*args, **kwargs):
+        return "\ud800".encode()
+
+    monkeypatch.setattr(poller.builder, "dcgm", bad)
+    with caplog.at_level("ERROR", logger="exporter.poller"):
+        await poller.cycle()
+        await poller.cycle()
+    assert find(poller.exposition.plain.decode(), "DCGM_FI_DEV_GPU_TEMP") == temps
+    assert self_metric(poller, "gpu_exporter_cycle_step_failures_total", step="publish") == 2
+    assert self_metric(poller, "gpu_exporter_collections_total", result="success") == 1
+    assert [r.getMessage()[:40] for r in caplog.records] == [
+        "collection cycle: publish failed (Unicod"
+    ]
+    assert any("publish step" in w and "surrogates" in w for w in poller.readiness()[1])
+    monkeypatch.setattr(poller.builder, "dcgm", good)
+    await poller.cycle()
+    assert self_metric(poller, "gpu_exporter_collections_total", result="success") == 2
+    assert not any("publish step" in w for w in poller.readiness()[1])
+
+
 async def test_a_reloaded_catalog_applies_from_the_next_cycle(node, tmp_path: Path):
     _, poller = node
     await poller.cycle()

@@ -1,0 +1,119 @@
+"""The header budget follows RFC 9112's request framing through a whole connection:
+Content-Length bodies and chunked bodies (section 7.1, extensions and trailers included)
+are passed over, every request head after them is counted, and framing it cannot follow
+makes every later byte count. Each stream is also fed a byte at a time: how the bytes are
+cut into reads changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.http.headers import HeaderBudget
+
+LIMIT = 1024
+HEAD = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+BIG = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 2000 + b"\r\n\r\n"
+
+
+def _post(framing: bytes, body: bytes) -> bytes:
+    return b"POST /metrics HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + body
+
+
+CHUNKED = b"Transfer-Encoding: chunked\r\n"
+# Bodies (RFC 9112 7.1) the budget follows to the next request's head.
+FRAMED = {
+    "content-length": _post(b"Content-Length: 2000\r\n", b"b" * 2000),
+    "chunked": _post(CHUNKED, b"5\r\nhello\r\n7d0\r\n" + b"b" * 2000 + b"\r\n0\r\n\r\n"),
+    "chunk extensions": _post(CHUNKED, b"5;name=value;x\r\nhello\r\n0;last\r\n\r\n"),
+    "trailers": _post(CHUNKED, b"3\r\nabc\r\n0\r\nX-Checksum: 1\r\nX-More: 2\r\n\r\n"),
+    "bare LF": _post(CHUNKED, b"3\nabc\n0\n\n"),
+    "codings before chunked": _post(
+        b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", b"2\r\nab\r\n0\r\n\r\n"
+    ),
+    "chunk data that looks like a head": _post(
+        CHUNKED, b"400\r\n" + (b"GET / HTTP/1.1\r\nX: " + b"y" * 1100)[:1024] + b"\r\n0\r\n\r\n"
+    ),
+}
+
+
+def feed(budget: HeaderBudget, stream: bytes, bytewise: bool) -> bool:
+    if not bytewise:
+        return budget.feed(stream)
+    return all(budget.feed(stream[i : i + 1]) for i in range(len(stream)))
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["one read", "bytewise"])
+@pytest.mark.parametrize("name", FRAMED)
+def test_every_head_after_a_body_is_counted(name, bytewise):
+    """A framed body, then requests that fit, then one over the budget: refused."""
+    stream = FRAMED[name] + HEAD * 3
+    budget = HeaderBudget(LIMIT)
+    assert feed(budget, stream, bytewise), name
+    assert not feed(budget, BIG, bytewise), f"a head over the budget passed after {name}"
+
+
+@pytest.mark.parametrize("bytewise", [False, True], ids=["one read", "bytewise"])
+def test_many_chunked_requests_pipelined(bytewise):
+    body = _post(CHUNKED, b"4\r\nwxyz\r\n0\r\n\r\n")
+    budget = HeaderBudget(LIMIT)
+    assert feed(budget, (body + HEAD) * 20 + b"\r\n" + HEAD, bytewise)
+    assert not feed(budget, BIG, bytewise)
+
+
+def test_an_unfinished_head_after_a_chunked_body_is_bounded():
+    """The attack: a chunked request, then a head that never ends."""
+    budget = HeaderBudget(LIMIT)
+    assert budget.feed(FRAMED["chunked"])
+    fed = 0
+    while budget.feed(b"X-A: " + b"a" * 100 + b"\r\n"):
+        fed += 107
+        assert fed < 4 * LIMIT
+    assert fed <= LIMIT
+    assert len(budget.head) <= LIMIT + 107
+
+
+@pytest.mark.parametrize(
+    "trailers",
+    [b"X-T: " + b"t" * 2000 + b"\r\n\r\n", b"X-T: " + b"t" * 2000],
+    ids=["complete", "unfinished"],
+)
+def test_trailers_count_like_a_head(trailers):
+    budget = HeaderBudget(LIMIT)
+    assert not budget.feed(_post(CHUNKED, b"1\r\na\r\n0\r\n") + trailers)
+
+
+def test_a_chunk_size_line_is_bounded():
+    budget = HeaderBudget(LIMIT)
+    assert not budget.feed(_post(CHUNKED, b"5;" + b"e" * 2000))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"0x5\r\nhello\r\n0\r\n\r\n",  # not plain hex
+        b"+5\r\nhello\r\n0\r\n\r\n",
+        b"1_0\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n",
+        b"fffffffffffffffff\r\n",  # 17 digits: over any body size
+        b"5\r\nhelloXX\r\n0\r\n\r\n",  # data longer than its size
+    ],
+)
+def test_framing_not_followed_counts_every_later_byte(body):
+    """Where the budget cannot follow the framing it passes over nothing: what comes after
+    counts as one head, so a few small requests still pass and a large amount does not."""
+    budget = HeaderBudget(LIMIT)
+    assert budget.feed(_post(CHUNKED, body))
+    assert budget.feed(HEAD * 3)
+    assert not budget.feed(HEAD * 40)
+
+
+def test_a_transfer_coding_other_than_chunked_last_is_not_followed():
+    budget = HeaderBudget(LIMIT)
+    assert budget.feed(_post(b"Transfer-Encoding: chunked, gzip\r\n", b"5\r\nhello\r\n"))
+    assert not budget.feed(b"b" * LIMIT)
+
+
+def test_content_length_bodies_are_passed_over_and_heads_counted():
+    budget = HeaderBudget(LIMIT)
+    assert budget.feed(_post(b"Content-Length: 100000\r\n", b"b" * 100000))
+    assert budget.feed(HEAD)
+    assert not budget.feed(BIG)
