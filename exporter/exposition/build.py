@@ -116,6 +116,8 @@ class Builder:
     def __init__(self, selfmetrics: SelfMetrics, cfg: Any = None) -> None:
         self.selfmetrics = selfmetrics
         self.selection = getattr(cfg, "devices", None)
+        release = getattr(cfg, "release", None)
+        self.health_detail = bool(release and release.health_detail)
         self.xid_window, self.clock_window = windows.from_config(cfg)
         self.health = HealthTracker()
         self._unmatched: frozenset[int] = frozenset()
@@ -168,6 +170,7 @@ class Builder:
             dev_rows,
             inst_rows,
             virt,
+            health_detail=self.health_detail,
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)

@@ -20,6 +20,7 @@ from exporter.exposition import columns, text
 from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
 from exporter.exposition.xid import XidSeries
+from exporter.nvml import healthcodes
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
 from exporter.nvml.health import HealthSeries
@@ -54,6 +55,7 @@ class Frame:
     device_rows: Sequence[Row] = ()
     instance_rows: Sequence[Row] = ()
     virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
+    health_detail: bool = False  # health_error_severity/_category (dcgm-exporter 4.8.3+)
     memo: dict[str, object] = field(default_factory=dict)  # what families share this cycle
 
     def labels(self, dev: Device) -> str:
@@ -153,8 +155,12 @@ def _pair_labels(label: str, value: str, window: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _health_labels(watch: str, code: str) -> str:
-    return text.join((("health_watch", watch), ("health_error_code", code)))
+def _health_labels(watch: str, code: str, detail: bool = False) -> str:
+    pairs = [("health_watch", watch), ("health_error_code", code)]
+    if detail:
+        severity, category = healthcodes.grade(code)
+        pairs += [("health_error_severity", severity), ("health_error_category", category)]
+    return text.join(pairs)
 
 
 def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
@@ -209,14 +215,15 @@ def clock_events(spec: MetricSpec, fr: Frame) -> list[str]:
 
 
 def health(spec: MetricSpec, fr: Frame) -> list[str]:
-    """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail."""
+    """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail;
+    with ``health_detail``, the code's severity and category too."""
     got = fr.derived.health
     out = []
     where = [(w, gpu) for dev, gpu in fr.targets.device for w in fr.each(dev)]
     where += [(w, d.key) for d in fr.targets.down for w in fr.each(d)]
     for labels, gpu in where:
         for s in got.get(gpu, ()):
-            more = _health_labels(s.watch, s.error_code)
+            more = _health_labels(s.watch, s.error_code, fr.health_detail)
             out.append(text.sample(spec.name, f"{labels},{more}", str(s.value)))
     return out
 

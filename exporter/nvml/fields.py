@@ -10,12 +10,15 @@ metrics.csv plus its row here.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pynvml as N
+
+from exporter.nvml.renames import Rename, renames
 
 MIB = 1024 * 1024
 ALL_LINKS = 0xFFFFFFFF  # NVML scopeId meaning "summed over every NVLink"
@@ -126,15 +129,18 @@ _call("DCGM_FI_DEV_DEC_UTIL", "%", Call("nvmlDeviceGetDecoderUtilization"), lamb
 _mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo"))
 
 
-def _mib_of(attr: str) -> Callable[[Any], int]:
+def _mib_of(attr: str, unit: int = MIB) -> Callable[[Any], int]:
     # the ctypes field itself: pynvml's __getattribute__ only decodes bytes, and these
     # are read for every MIG instance every cycle
     get = ctypes.Structure.__getattribute__
-    return lambda m: get(m, attr) // MIB
+    return lambda m: get(m, attr) // unit
 
 
 for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used"), ("RESERVED", "reserved")):
     _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, _mib_of(_attr), scope=INST)
+    # DCGM 4.7 names (dcgm-exporter 4.9): the same reading in bytes, not rounded to MiB
+    _b = "DCGM_FI_DEV_FB_CAPACITY_BYTES" if _n == "TOTAL" else f"DCGM_FI_DEV_FB_{_n}_BYTES"
+    _call(_b, "B", _mem, _mib_of(_attr, 1), scope=INST)
 
 # --- temperature (C) ---
 _call(
@@ -323,6 +329,26 @@ _BRANDS = {
 _label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
 _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
+
+
+def renamed(old: Field, r: Rename) -> Field:
+    """``old``'s reading under its DCGM 4.7 name ``r.new``, converted to ``r.unit``."""
+    if r.is_label:
+        return dataclasses.replace(old, name=r.new)
+    factor = float(r.factor)
+    integer = old.integer and r.factor.denominator == 1
+    if old.rate:  # a rate divides the counter's change per second by ``rate``
+        return dataclasses.replace(old, name=r.new, unit=r.unit, rate=old.rate / factor)
+    return dataclasses.replace(
+        old, name=r.new, unit=r.unit, scale=old.scale * factor, integer=integer
+    )
+
+
+# --- DCGM 4.7 names (exporter/dcgm-names.csv): served beside the old ones, whichever
+# a metrics file lists; fields defined above under their new name (bytes) are kept ---
+for _r in renames():
+    if _r.new not in FIELDS:
+        _add(renamed(FIELDS[_r.old], _r))
 
 
 def with_inputs(fields: Iterable[Field]) -> list[Field]:
