@@ -10,7 +10,6 @@ metrics.csv plus its row here.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 import pynvml as N
 
-from exporter.nvml.renames import Rename, renames
+from exporter.nvml.renames import renamed, renames
 
 MIB = 1024 * 1024
 ALL_LINKS = 0xFFFFFFFF  # NVML scopeId meaning "summed over every NVLink"
@@ -293,6 +292,9 @@ _add(
         needs=("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",),
     )
 )
+# times each clock-event reason newly appeared since the exporter started (edges)
+_clock_in = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",)
+_add(Field("DCGM_EXP_CLOCK_EVENTS_TOTAL", D, Source.DERIVED, "events", needs=_clock_in))
 # pass (0) / warn (10) / fail (20) per watched system, from XIDs, ECC, remaps, violations
 _health_in = (
     *_xid_in,
@@ -331,24 +333,11 @@ _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
 
 
-def renamed(old: Field, r: Rename) -> Field:
-    """``old``'s reading under its DCGM 4.7 name ``r.new``, converted to ``r.unit``."""
-    if r.is_label:
-        return dataclasses.replace(old, name=r.new)
-    factor = float(r.factor)
-    integer = old.integer and r.factor.denominator == 1
-    if old.rate:  # a rate divides the counter's change per second by ``rate``
-        return dataclasses.replace(old, name=r.new, unit=r.unit, rate=old.rate / factor)
-    return dataclasses.replace(
-        old, name=r.new, unit=r.unit, scale=old.scale * factor, integer=integer
-    )
-
-
 # --- DCGM 4.7 names (exporter/dcgm-names.csv): served beside the old ones, whichever
 # a metrics file lists; fields defined above under their new name (bytes) are kept ---
 for _r in renames():
     if _r.new not in FIELDS:
-        _add(renamed(FIELDS[_r.old], _r))
+        _add(renamed(FIELDS[_r.old], _r))  # the old field's reading, new name and unit
 
 
 def with_inputs(fields: Iterable[Field]) -> list[Field]:

@@ -11,11 +11,15 @@ generators can read the table without the exporter's dependencies.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Any)
 
 TABLE = Path(__file__).resolve().parents[1] / "dcgm-names.csv"
 STATUSES = ("confirmed", "unconfirmed")
@@ -72,3 +76,16 @@ def by_new() -> dict[str, Rename]:
 def by_old() -> dict[str, Rename]:
     """Old name -> its row."""
     return {r.old: r for r in renames()}
+
+
+def renamed(old: F, r: Rename) -> F:
+    """A field (exporter.nvml.fields.Field) reading what ``old`` reads, under ``r.new``,
+    converted to ``r.unit``: a rate's divisor or the scale takes the factor."""
+    if r.is_label:
+        return dataclasses.replace(old, name=r.new)
+    factor = float(r.factor)
+    if old.rate:  # a rate divides the counter's change per second by ``rate``
+        return dataclasses.replace(old, name=r.new, unit=r.unit, rate=old.rate / factor)
+    integer = old.integer and r.factor.denominator == 1
+    scale = old.scale * factor
+    return dataclasses.replace(old, name=r.new, unit=r.unit, scale=scale, integer=integer)

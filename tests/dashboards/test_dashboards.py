@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.nvml.renames import renames
+
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gpu-node.prom"
@@ -38,9 +40,10 @@ VARIABLES = {
 }
 GRAFANA_VARIABLES = {"__rate_interval", "__range", "__range_s", "datasource"}
 # Counters whose names do not end in _total; the remapped-row counts are shown as totals
-# on purpose (rows remapped over the GPU's life), so they are not listed.
+# on purpose (rows remapped over the GPU's life), so they are not listed, under either name.
 COUNTERS = re.compile(
-    r"\b(\w+_total|(?!DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL\b)\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION"
+    r"\b(\w+_total|(?!DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL\b|DCGM_FI_DEV_ROW_REMAP_\w+_TOTAL\b)"
+    r"\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION"
     r"|DCGM_FI_DEV_PCIE_REPLAY_COUNTER|DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)\b"
 )
 # Throughputs DCGM computes from two samples (docs/compatibility.md): never rate() them.
@@ -73,7 +76,9 @@ def _known_metrics() -> set[str]:
     served = set(re.findall(r"^# TYPE (\S+)", FIXTURE.read_text(encoding="utf-8"), re.M))
     rules = yaml.safe_load((REPO / "alerts/gpu-recording.rules.yaml").read_text())["groups"]
     recorded = {rule["record"] for group in rules for rule in group["rules"]}
-    return served | recorded | {"ALERTS"}
+    # a served field's DCGM 4.7 name: served instead under --dcgm-exporter-version 4.9
+    renamed = {r.new for r in renames() if r.old in served}
+    return served | renamed | recorded | {"ALERTS"}
 
 
 @pytest.fixture(params=FILES, ids=[path.name for path in FILES])
@@ -222,7 +227,10 @@ def test_legends_show_the_host_in_either_spelling(dashboard: dict[str, Any]) -> 
                 assert "{{Hostname}}{{hostname}}" in legend, panel["title"]
 
 
-OWN_SERIES = re.compile(r"(?<![\w:\"])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{[^}]*\})?")
+# a series by name; or by __name__ (label_values of either name of a renamed field)
+OWN_SERIES = re.compile(
+    r"(?<![\w:\"|])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{[^}]*\})?|(\{__name__=~\"DCGM_[^}]*\})"
+)
 
 
 def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None:
@@ -233,7 +241,8 @@ def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None
     assert exprs
     for expr in exprs:
         for m in OWN_SERIES.finditer(expr):
-            assert m.group(2) and f'job=~"{job}"' in m.group(2), (m.group(0), expr)
+            selector = m.group(2) or m.group(3)
+            assert selector and f'job=~"{job}"' in selector, (m.group(0), expr)
 
 
 # sum/count/avg applied straight to a series (or its rate): over a MIG GPU's per-instance
