@@ -179,7 +179,9 @@ def any_release(expr: str) -> str:
             if m[1] not in LINEAR:
                 raise ValueError(f"{m[1]}() of {r.old}: its value does not follow a unit change")
         expr = re.sub(fn, lambda m, r=r: keep(_either(r, m[0])), expr)
-        expr = re.sub(rf"{name}{_SEL}(?!\s*\[){_OFFSET}", lambda m, r=r: keep(_either(r, m[0])), expr)
+        expr = re.sub(
+            rf"{name}{_SEL}(?!\s*\[){_OFFSET}", lambda m, r=r: keep(_either(r, m[0])), expr
+        )
         if re.search(name, expr):
             raise ValueError(f"{r.old} in {expr!r}: read it in a selector or a range function")
     return re.sub("\x00(\\d+)\x00", lambda m: kept[int(m[1])], expr)
@@ -254,12 +256,12 @@ MIGRATION_HEADER = """\
 # to remove it. Load one of the two migration files at a time, never both.
 """
 MIGRATIONS = {
-    "dcgm-4.9-names": "Publishes each renamed field under its DCGM 4.7 name and unit (dcgm-exporter "
-    "4.9) from the old one,\n# for dashboards moved to the new names while exporters still "
-    "serve the old ones.",
-    "dcgm-4.8-names": "Publishes each renamed field under its old name and unit (dcgm-exporter "
-    "4.8) from the DCGM 4.7 one,\n# for dashboards still on the old names once exporters serve "
-    "the new ones.",
+    "dcgm-4.9-names": "Publishes each renamed field under its DCGM 4.7 name and unit "
+    "(dcgm-exporter 4.9) from the old one,\n# for dashboards moved to the new names while "
+    "exporters still serve the old ones.",
+    "dcgm-4.8-names": "Publishes each renamed field under its old name and unit "
+    "(dcgm-exporter 4.8) from the DCGM 4.7 one,\n# for dashboards still on the old names "
+    "once exporters serve the new ones.",
 }
 
 
