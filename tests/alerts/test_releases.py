@@ -11,7 +11,6 @@ under its release's name.
 from __future__ import annotations
 
 import re
-import subprocess
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from exporter.nvml.renames import by_old
+from tests.alerts.conftest import promtool_failures
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = sorted((REPO / "alerts" / "tests").glob("*.test.yaml"))
@@ -116,18 +116,5 @@ def test_bundled_rules_fire_and_record_alike_under_each_release(
         out = tmp_path / path.name
         out.write_text(yaml.safe_dump(variant(path, release), sort_keys=False), encoding="utf-8")
         files.append(out)
-    runs = [
-        subprocess.Popen(
-            [promtool, "test", "rules", str(f)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for f in files
-    ]
-    failed = {}
-    for f, proc in zip(files, runs, strict=True):
-        output, _ = proc.communicate(timeout=120)
-        if proc.returncode != 0:
-            failed[f.name] = output
+    failed = promtool_failures(promtool, files)
     assert failed == {}, "\n".join(failed.values())
