@@ -7,7 +7,14 @@ alerts/config.yaml (the scrape job, the runbook base):
   rule_files: every selector on the exporter's series gets job=~"<job>", and every alert
   its runbook_url;
 - alerts/prometheusrule.yaml, the same groups as a PrometheusRule (prometheus-operator);
-- deploy/base/generated/ (deploy/generate.py), the copies kustomize reads.
+- deploy/base/generated/ (deploy/generate.py), the copies kustomize reads;
+- alerts/migration/, rules that publish the renamed fields of dcgm-exporter 4.9 under
+  the other generation's names, for a team moving its own queries across the rename.
+
+Every expression is written in the templates with dcgm-exporter 4.8's names and units;
+the generated rules answer under either generation's names (exporter/dcgm-names.csv):
+each selector of a renamed field reads the old name or, where only the DCGM 4.7 name
+is served (--dcgm-exporter-version 4.9), the new one converted to the old unit.
 
     python alerts/generate.py            # rewrite them
     python alerts/generate.py --check    # exit 1 if any is out of date
@@ -18,12 +25,17 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 ALERTS_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(ALERTS_DIR.parent))  # the renames table's reader (standard library only)
+from exporter.nvml.renames import Rename, renames  # noqa: E402
+
+MIGRATION_DIR = ALERTS_DIR / "migration"
 SRC_DIR = ALERTS_DIR / "src"
 CONFIG = ALERTS_DIR / "config.yaml"
 SOURCES = ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml")
@@ -112,15 +124,79 @@ def once_per_gpu(expr: str, keep: tuple[str, ...] = ()) -> str:
     return f"(\n  {whole}\n)\nor\nmax by ({labels}) (\n  {mig}\n)\n"
 
 
+# Range functions whose value scales with the samples' (a unit conversion commutes with them)
+LINEAR = frozenset(
+    ("rate", "irate", "increase", "delta", "idelta", "deriv", "avg_over_time", "min_over_time",
+     "max_over_time", "sum_over_time", "last_over_time", "stddev_over_time")
+)  # fmt: skip
+_SEL = r"(?:\{[^{}]*\})?"  # a selector's matchers, if any
+_OFFSET = r"(?:\s+offset\s+[-\w]+)?"
+
+
+def _to_old_unit(r: Rename) -> str:
+    """PromQL that turns a value under ``r.new`` into ``r.old``'s unit (empty: the same)."""
+    k = r.factor
+    if k == 1:
+        return ""
+    return f" / {k}" if k.denominator == 1 else f" * {Fraction(1) / k}"
+
+
+def _either(r: Rename, old_form: str) -> str:
+    """``old_form`` (a selector or a range function on ``r.old``) or the same on ``r.new``."""
+    new_form = re.sub(rf"(?<![\w:]){r.old}(?![\w:])", r.new, old_form)
+    return f"({old_form} or {new_form}{_to_old_unit(r)})"
+
+
+def any_release(expr: str) -> str:
+    """``expr`` (dcgm-exporter 4.8 names and units) answering under DCGM 4.7 names too.
+
+    ``f(X[w])`` becomes ``(f(X[w]) or f(X47[w]) <to X's unit>)`` for the range functions
+    that commute with a unit conversion, a selector ``X`` becomes ``(X or X47 <...>)``, and
+    ``label_values(X, l)`` (Grafana) reads both names. An old name anywhere else (another
+    range function, a subquery) is an error: write it one of these ways.
+    """
+    kept: list[str] = []
+
+    def keep(text: str) -> str:
+        kept.append(text)
+        return f"\x00{len(kept) - 1}\x00"
+
+    for r in renames():
+        if r.is_label:
+            continue
+        name = rf"(?<![\w:\"]){r.old}(?![\w:])"
+        if re.search(rf"(?<![\w:\"]){r.new}(?![\w:])", expr):
+            raise ValueError(f"{r.new} in {expr!r}: write {r.old}; both are read")
+        expr = re.sub(
+            rf"label_values\({name}(?:\{{([^{{}}]*)\}})?,",
+            lambda m, r=r: keep(
+                f'label_values({{__name__=~"{r.old}|{r.new}"{", " + m[1] if m[1] else ""}}},'
+            ),
+            expr,
+        )
+        fn = rf"(\w+)\(\s*{name}{_SEL}\[[^\]]+\]{_OFFSET}\s*\)"
+        for m in re.finditer(fn, expr):
+            if m[1] not in LINEAR:
+                raise ValueError(f"{m[1]}() of {r.old}: its value does not follow a unit change")
+        expr = re.sub(fn, lambda m, r=r: keep(_either(r, m[0])), expr)
+        expr = re.sub(
+            rf"{name}{_SEL}(?!\s*\[){_OFFSET}", lambda m, r=r: keep(_either(r, m[0])), expr
+        )
+        if re.search(name, expr):
+            raise ValueError(f"{r.old} in {expr!r}: read it in a selector or a range function")
+    return re.sub("\x00(\\d+)\x00", lambda m: kept[int(m[1])], expr)
+
+
 def apply(groups: list[dict[str, Any]], cfg: dict[str, str]) -> list[dict[str, Any]]:
-    """The groups with device-level alerts once per GPU, the job selected, runbooks set."""
+    """The groups with device-level alerts once per GPU, the job selected, runbooks set,
+    renamed fields read under either name."""
     for group in groups:
         for rule in group["rules"]:
             per_gpu = rule.pop("once_per_gpu", None)
             if per_gpu:
                 keep = tuple(per_gpu) if isinstance(per_gpu, list) else ()
                 rule["expr"] = once_per_gpu(rule["expr"], keep)
-            rule["expr"] = select_job(rule["expr"], cfg["job"])
+            rule["expr"] = any_release(select_job(rule["expr"], cfg["job"]))
             if "alert" in rule:
                 url = f"{cfg['runbook_url_base']}/{rule['alert']}.md"
                 rule.setdefault("annotations", {})["runbook_url"] = url
@@ -171,11 +247,63 @@ def render(src_dir: Path = SRC_DIR, cfg: dict[str, str] | None = None) -> str:
     return HEADER.format(sources=",".join(SOURCES)) + "---\n" + body
 
 
+MIGRATION_HEADER = """\
+# Generated by alerts/generate.py from exporter/dcgm-names.csv and alerts/config.yaml
+# (job {job!r}). Do not edit: change those, then run `python alerts/generate.py`.
+#
+# {what}
+# docs/alerts.md ("Moving across the DCGM 4.7 rename") says when to load this file and when
+# to remove it. Load one of the two migration files at a time, never both.
+"""
+MIGRATIONS = {
+    "dcgm-4.9-names": "Publishes each renamed field under its DCGM 4.7 name and unit "
+    "(dcgm-exporter 4.9) from the old one,\n# for dashboards moved to the new names while "
+    "exporters still serve the old ones.",
+    "dcgm-4.8-names": "Publishes each renamed field under its old name and unit "
+    "(dcgm-exporter 4.8) from the DCGM 4.7 one,\n# for dashboards still on the old names "
+    "once exporters serve the new ones.",
+}
+
+
+def migration_group(name: str, cfg: dict[str, str]) -> dict[str, Any]:
+    """The rule group of ``alerts/migration/<name>``: one recording rule per renamed field,
+    reading one generation's name and recording the other's, in its unit."""
+    to_new = name == "dcgm-4.9-names"
+    rules = []
+    for r in renames():
+        if r.is_label:
+            continue
+        source, record = (r.old, r.new) if to_new else (r.new, r.old)
+        k = r.factor if to_new else 1 / r.factor
+        expr = select_job(source, cfg["job"])
+        if k != 1:
+            expr += f" / {1 / k}" if k.numerator == 1 else f" * {k}"
+        for label in (x for x in renames() if x.is_label):
+            dst, src = (label.new, label.old) if to_new else (label.old, label.new)
+            expr = f'label_replace({expr}, "{dst}", "$1", "{src}", "(.+)")'
+        rules.append({"record": record, "expr": expr})
+    return {"name": f"gpu-exporter-{name}.rules", "rules": rules}
+
+
+def render_migration(name: str, cfg: dict[str, str], operator: bool) -> str:
+    """alerts/migration/<name>.rules.yaml, or (``operator``) its PrometheusRule."""
+    head = MIGRATION_HEADER.format(job=cfg["job"], what=MIGRATIONS[name])
+    groups = [migration_group(name, cfg)]
+    if not operator:
+        return head + _dump({"groups": groups})
+    obj = manifest(groups)
+    obj["metadata"]["name"] = f"{RESOURCE_NAME}-{name}"
+    return head + "---\n" + _dump(obj)
+
+
 def outputs(cfg: dict[str, str] | None = None) -> dict[Path, str]:
     """Every file this writes, and its text."""
     cfg = cfg or load_config()
     out = {ALERTS_DIR / name: render_rules(name, cfg=cfg) for name in SOURCES}
     out[OUTPUT] = render(cfg=cfg)
+    for name in MIGRATIONS:
+        out[MIGRATION_DIR / f"{name}.rules.yaml"] = render_migration(name, cfg, False)
+        out[MIGRATION_DIR / f"{name}.prometheusrule.yaml"] = render_migration(name, cfg, True)
     return out
 
 
@@ -192,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p} is out of date: run `python alerts/generate.py`", file=sys.stderr)
         return 1 if stale else 0
     for p, text in files.items():
+        p.parent.mkdir(exist_ok=True)
         p.write_text(text, encoding="utf-8")
     return _refresh_deploy_copies()
 

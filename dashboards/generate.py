@@ -2,7 +2,10 @@
 
 Every query on the exporter's own series (DCGM_*, gpu_exporter_*, up) reads the scrape
 job of alerts/config.yaml only, as the rules do (the recording rules' series already
-are), so a second exporter of the same names does not double a panel.
+are), so a second exporter of the same names does not double a panel. The modules write
+dcgm-exporter 4.8's names and units; each query of a field that dcgm-exporter 4.9 renames
+reads either name (alerts/generate.py's any_release), so the dashboards work whichever
+release the exporters mimic.
 
 python dashboards/generate.py            # rewrite the JSON files
 python dashboards/generate.py --check    # exit 1 if a JSON file is out of date
@@ -53,7 +56,11 @@ def select_job(node: Any, job: str, select: Any) -> Any:
 
 def render(build: Any) -> str:
     gen = _alerts_generate()
-    dashboard = select_job(build(), gen.load_config()["job"], gen.select_job)
+
+    def select(expr: str, job: str) -> str:
+        return gen.any_release(gen.select_job(expr, job))
+
+    dashboard = select_job(build(), gen.load_config()["job"], select)
     return json.dumps(dashboard, indent=2, ensure_ascii=False) + "\n"
 
 

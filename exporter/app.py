@@ -56,6 +56,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         shared_keys=attribution.shared_keys if attribution else None,
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
+    collector.enumerator.ci_label = cfg.release.ci_label  # GPU_CI_ID on MIG series (4.8.4+)
     poller = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg)
     app[POLLER] = poller
     signals.install(app)

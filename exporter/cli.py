@@ -43,6 +43,7 @@ from exporter.config import (
     parse_window,
 )
 from exporter.flags import Resolver, add_dcgm_flags
+from exporter.releases import ALIASES, DEFAULT, RELEASES, Release, parse_release
 
 log = logging.getLogger("exporter")
 
@@ -88,10 +89,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(env GPU_EXPORTER_COLLECT_TIMEOUT; default: the interval, at most 10000)",
     )
     g.add_argument(
+        "--dcgm-exporter-version",
+        metavar="VERSION",
+        help="the dcgm-exporter release to mimic: "
+        f"{', '.join(RELEASES)}; picks the node label's name, GPU_CI_ID, the health labels "
+        "and the shipped metrics file (4.9: DCGM 4.7 names and units) "
+        f"(env GPU_EXPORTER_DCGM_EXPORTER_VERSION; default {DEFAULT.name})",
+    )
+    g.add_argument(
         "--hostname-label",
         choices=("Hostname", "hostname"),
-        help="name of the node label: dcgm-exporter releases use Hostname, its main branch "
-        "hostname (env GPU_EXPORTER_HOSTNAME_LABEL; default Hostname). The value is env "
+        help="name of the node label, instead of the release's (Hostname up to 4.8.2, "
+        "hostname since 4.8.3) (env GPU_EXPORTER_HOSTNAME_LABEL). The value is env "
         "NODE_NAME, else the host name",
     )
     g.add_argument(
@@ -255,11 +264,24 @@ def _http(r: Resolver) -> tuple[int, int]:
     return max_conns, http_timeout
 
 
-def _hostname_label(r: Resolver) -> str:
+def _release(r: Resolver) -> Release:
+    value, src = r.value(
+        "dcgm_exporter_version", "--dcgm-exporter-version", "GPU_EXPORTER_DCGM_EXPORTER_VERSION"
+    )
+    if value is None:
+        return DEFAULT
+    got = parse_release(value)
+    if got is None:
+        names = ", ".join([*RELEASES, *ALIASES])
+        raise ConfigError(f"{src}: {value!r} is not a dcgm-exporter release mimicked; use {names}")
+    return got
+
+
+def _hostname_label(r: Resolver, release: Release) -> str:
     label, src = r.value("hostname_label", "--hostname-label", "GPU_EXPORTER_HOSTNAME_LABEL")
     if label not in (None, "Hostname", "hostname"):
         raise ConfigError(f"{src}: {label!r} is not a label name; use Hostname or hostname")
-    return label or "Hostname"
+    return label or release.hostname_label
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
@@ -271,8 +293,11 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     interval = parse_interval(value, src) if value is not None else DEFAULT_INTERVAL_MS / 1000
     value, src = r.value("collect_timeout", "--collect-timeout", "GPU_EXPORTER_COLLECT_TIMEOUT")
     timeout = parse_interval(value, src) if value is not None else min(interval, 10.0)
+    release = _release(r)
     value, src = r.flag("collectors")
-    metrics_file = check_file(value, src, "metrics file") if value else default_metrics_file()
+    metrics_file = (
+        check_file(value, src, "metrics file") if value else default_metrics_file(release)
+    )
     value, src = r.flag("web-config-file")
     web_config = check_file(value, src, "web config file") if value else None
     value, src = r.flag("devices")
@@ -290,7 +315,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         collect_timeout_s=timeout,
         metrics_file=metrics_file,
         hostname=hostname,
-        hostname_label=_hostname_label(r),
+        hostname_label=_hostname_label(r, release),
+        release=release,
         simulate=simulate,
         fleet=fleet,
         log_level=level,

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from exporter.releases import DEFAULT as DEFAULT_RELEASE
+from exporter.releases import Release
+
 DEFAULT_ADDRESS = ":9400"
 DEFAULT_INTERVAL_MS = 30000
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -29,9 +32,9 @@ class ConfigError(ValueError):
     """A bad flag or environment value; the message names it and says what to do."""
 
 
-def default_metrics_file() -> str:
-    """The metrics.csv shipped inside the package."""
-    return str(resources.files("exporter") / "metrics.csv")
+def default_metrics_file(release: Release = DEFAULT_RELEASE) -> str:
+    """The metrics file shipped inside the package for ``release`` (metrics.csv: 4.8.4)."""
+    return str(resources.files("exporter") / release.metrics_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +73,8 @@ class Config:
     collect_timeout_s: float = 10.0
     metrics_file: str = ""
     hostname: str = ""
-    hostname_label: str = "Hostname"
+    hostname_label: str = DEFAULT_RELEASE.hostname_label
+    release: Release = DEFAULT_RELEASE  # --dcgm-exporter-version: the release mimicked
     simulate: bool = False
     fleet: str | None = None
     log_level: str = "info"

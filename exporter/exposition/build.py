@@ -22,6 +22,7 @@ from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
 from exporter.exposition.xid import XidCounter
 from exporter.nvml import windows
+from exporter.nvml.clocktotals import ClockEventTotals
 from exporter.nvml.devices import Device
 from exporter.nvml.health import HealthTracker
 from exporter.snapshot import Snapshot
@@ -116,8 +117,11 @@ class Builder:
     def __init__(self, selfmetrics: SelfMetrics, cfg: Any = None) -> None:
         self.selfmetrics = selfmetrics
         self.selection = getattr(cfg, "devices", None)
+        release = getattr(cfg, "release", None)
+        self.health_detail = bool(release and release.health_detail)
         self.xid_window, self.clock_window = windows.from_config(cfg)
         self.health = HealthTracker()
+        self.clock_totals = ClockEventTotals()
         self._unmatched: frozenset[int] = frozenset()
         self.xids = XidCounter()
         self.device_text = DeviceText()
@@ -168,6 +172,7 @@ class Builder:
             dev_rows,
             inst_rows,
             virt,
+            health_detail=self.health_detail,
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
@@ -236,7 +241,8 @@ class Builder:
         health = self.health.update(snap, xw) if want_health else {}
         if "DCGM_EXP_XID_ERRORS_COUNT" not in names:
             xw = None
-        return Derived(xw, cw, health)
+        ct = self.clock_totals.update(snap) if "DCGM_EXP_CLOCK_EVENTS_TOTAL" in names else None
+        return Derived(xw, cw, health, ct)
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""

@@ -20,9 +20,12 @@ from exporter.exposition import columns, text
 from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
 from exporter.exposition.xid import XidSeries
+from exporter.nvml import healthcodes
+from exporter.nvml.clocktotals import Totals
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
 from exporter.nvml.health import HealthSeries
+from exporter.nvml.renames import by_new
 from exporter.nvml.windows import WindowCounts
 from exporter.nvml.xidcatalog import describe
 from exporter.snapshot import Snapshot
@@ -37,6 +40,7 @@ class Derived:
     xid_window: WindowCounts | None = None
     clock_window: WindowCounts | None = None
     health: Mapping[str, tuple[HealthSeries, ...]] = field(default_factory=dict)
+    clock_totals: Totals | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,7 @@ class Frame:
     device_rows: Sequence[Row] = ()
     instance_rows: Sequence[Row] = ()
     virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
+    health_detail: bool = False  # health_error_severity/_category (dcgm-exporter 4.8.3+)
     memo: dict[str, object] = field(default_factory=dict)  # what families share this cycle
 
     def labels(self, dev: Device) -> str:
@@ -119,11 +124,14 @@ Reuse = columns.Reuse
 def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
     """GPU_UTIL and FB_USED: as :func:`values`; under --kubernetes-virtual-gpus a shared
     device keeps its series without pod labels and adds one per holder, valued from
-    that holder's processes (dcgm-exporter's per-process split)."""
+    that holder's processes (dcgm-exporter's per-process split). Their DCGM 4.7 names
+    (GPU_UTIL_RATIO, FB_USED_BYTES) split the same shares, in their own unit."""
     v = fr.virtual
     if v is None:
         return values(spec, fr)
-    shares = v.shares.get(spec.field.name, {})
+    r = by_new().get(spec.field.name)
+    shares = v.shares.get(r.old if r else spec.field.name, {})
+    unit = float(r.factor) if r else 1.0
     if spec.field.scope is Scope.DEVICE:
         series: Sequence[tuple[Device, str]] = fr.targets.device
     else:
@@ -136,7 +144,7 @@ def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
         if value is None:
             continue
         out.append(f"{name}{{{fr.series_labels[dev.key]}}} {num(value)}\n")
-        out.extend(f"{name}{{{labels}}} {num(x)}\n" for labels, x in shares.get(dev.key, ()))
+        out.extend(f"{name}{{{labels}}} {num(x * unit)}\n" for labels, x in shares.get(dev.key, ()))
     return out
 
 
@@ -153,8 +161,12 @@ def _pair_labels(label: str, value: str, window: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _health_labels(watch: str, code: str) -> str:
-    return text.join((("health_watch", watch), ("health_error_code", code)))
+def _health_labels(watch: str, code: str, detail: bool = False) -> str:
+    pairs = [("health_watch", watch), ("health_error_code", code)]
+    if detail:
+        severity, category = healthcodes.grade(code)
+        pairs += [("health_error_severity", severity), ("health_error_category", category)]
+    return text.join(pairs)
 
 
 def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
@@ -208,15 +220,32 @@ def clock_events(spec: MetricSpec, fr: Frame) -> list[str]:
     return _windowed(spec, fr, fr.derived.clock_window, "clock_event")
 
 
+@functools.lru_cache(maxsize=64)
+def _reason_label(name: str) -> str:
+    return text.join((("clock_event", name),))
+
+
+def clock_totals(spec: MetricSpec, fr: Frame) -> list[str]:
+    """DCGM_EXP_CLOCK_EVENTS_TOTAL{clock_event}: per GPU, each reason's count once it occurred."""
+    got = fr.derived.clock_totals or {}
+    out: list[str] = []
+    for dev, gpu in fr.targets.device:
+        for name, n in got.get(gpu, ()):
+            more = _reason_label(name)
+            out.extend(text.sample(spec.name, f"{w},{more}", str(n)) for w in fr.each(dev))
+    return out
+
+
 def health(spec: MetricSpec, fr: Frame) -> list[str]:
-    """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail."""
+    """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail;
+    with ``health_detail``, the code's severity and category too."""
     got = fr.derived.health
     out = []
     where = [(w, gpu) for dev, gpu in fr.targets.device for w in fr.each(dev)]
     where += [(w, d.key) for d in fr.targets.down for w in fr.each(d)]
     for labels, gpu in where:
         for s in got.get(gpu, ()):
-            more = _health_labels(s.watch, s.error_code)
+            more = _health_labels(s.watch, s.error_code, fr.health_detail)
             out.append(text.sample(spec.name, f"{labels},{more}", str(s.value)))
     return out
 
@@ -237,8 +266,11 @@ BY_NAME: dict[str, Family] = {
     "DCGM_EXP_XID_ERRORS_COUNT": xid_window,
     "DCGM_EXP_CLOCK_EVENTS_COUNT": clock_events,
     "DCGM_EXP_GPU_HEALTH_STATUS": health,
+    "DCGM_EXP_CLOCK_EVENTS_TOTAL": clock_totals,
     "DCGM_FI_DEV_GPU_UTIL": per_process,
     "DCGM_FI_DEV_FB_USED": per_process,
+    "DCGM_FI_DEV_GPU_UTIL_RATIO": per_process,
+    "DCGM_FI_DEV_FB_USED_BYTES": per_process,
 }
 
 
@@ -247,6 +279,7 @@ _INPUTS: dict[str, Callable[[Frame], object]] = {
     "DCGM_EXP_XID_ERRORS_COUNT": lambda fr: fr.derived.xid_window,
     "DCGM_EXP_CLOCK_EVENTS_COUNT": lambda fr: fr.derived.clock_window,
     "DCGM_EXP_GPU_HEALTH_STATUS": lambda fr: fr.derived.health,
+    "DCGM_EXP_CLOCK_EVENTS_TOTAL": lambda fr: fr.derived.clock_totals,
 }
 
 

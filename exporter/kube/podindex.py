@@ -25,7 +25,8 @@ RESERVED_LABELS = frozenset(
     {
         # the exporter's own labels on GPU and MIG series
         "gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "hostname",
-        "GPU_I_PROFILE", "GPU_I_ID", "DCGM_FI_DRIVER_VERSION", "err_code", "err_msg",
+        "GPU_I_PROFILE", "GPU_I_ID", "GPU_CI_ID", "DCGM_FI_DRIVER_VERSION",
+        "DCGM_FI_SYSTEM_DRIVER_VERSION", "err_code", "err_msg",
         "peer_gpu", "link_status", "resource",
         # pod attribution
         "pod", "namespace", "container", "pod_uid", "claim_name", "claim_namespace",

@@ -33,7 +33,8 @@ class Device:
 
     ``key`` is the UUID that identifies it (``GPU-...`` or ``MIG-...``); MIG
     instances keep their parent's ``gpu`` index and ``UUID`` label, as
-    dcgm-exporter does, and add ``GPU_I_PROFILE`` and ``GPU_I_ID``.
+    dcgm-exporter does, and add ``GPU_I_PROFILE`` and ``GPU_I_ID`` (and ``GPU_CI_ID``
+    when mimicking dcgm-exporter 4.8.4 or later).
     """
 
     key: str
@@ -90,6 +91,7 @@ class Enumerator:
         self.hostname_label = hostname_label
         self.label_fields = tuple(label_fields)
         self.replace_blanks = False  # modelName "NVIDIA H100" -> "NVIDIA-H100" (-rbmn)
+        self.ci_label = False  # GPU_CI_ID after GPU_I_ID on MIG series (dcgm-exporter 4.8.4)
         self._known: dict[int, Device] = {}  # handle address -> GPU
         self._mig: dict[str, Device] = {}  # MIG UUID -> instance
         self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
@@ -228,7 +230,10 @@ class Enumerator:
         profile = f"{attrs.gpuInstanceSliceCount}g.{math.ceil(attrs.memorySizeMB / 1024)}gb"
         base = list(gpu.labels)
         at = [k for k, _ in base].index("modelName") + 1
-        labels = [*base[:at], ("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi)), *base[at:]]
+        mig = [("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi))]
+        if self.ci_label:
+            mig.append(("GPU_CI_ID", str(ci)))
+        labels = [*base[:at], *mig, *base[at:]]
         dev = Device(
             key,
             gpu.index,

@@ -17,6 +17,8 @@ from typing import Any
 
 import pynvml as N
 
+from exporter.nvml.renames import renamed, renames
+
 MIB = 1024 * 1024
 ALL_LINKS = 0xFFFFFFFF  # NVML scopeId meaning "summed over every NVLink"
 
@@ -126,15 +128,18 @@ _call("DCGM_FI_DEV_DEC_UTIL", "%", Call("nvmlDeviceGetDecoderUtilization"), lamb
 _mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo"))
 
 
-def _mib_of(attr: str) -> Callable[[Any], int]:
+def _mib_of(attr: str, unit: int = MIB) -> Callable[[Any], int]:
     # the ctypes field itself: pynvml's __getattribute__ only decodes bytes, and these
     # are read for every MIG instance every cycle
     get = ctypes.Structure.__getattribute__
-    return lambda m: get(m, attr) // MIB
+    return lambda m: get(m, attr) // unit
 
 
 for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used"), ("RESERVED", "reserved")):
     _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, _mib_of(_attr), scope=INST)
+    # DCGM 4.7 names (dcgm-exporter 4.9): the same reading in bytes, not rounded to MiB
+    _b = "DCGM_FI_DEV_FB_CAPACITY_BYTES" if _n == "TOTAL" else f"DCGM_FI_DEV_FB_{_n}_BYTES"
+    _call(_b, "B", _mem, _mib_of(_attr, 1), scope=INST)
 
 # --- temperature (C) ---
 _call(
@@ -287,6 +292,9 @@ _add(
         needs=("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",),
     )
 )
+# times each clock-event reason newly appeared since the exporter started (edges)
+_clock_in = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",)
+_add(Field("DCGM_EXP_CLOCK_EVENTS_TOTAL", D, Source.DERIVED, "events", needs=_clock_in))
 # pass (0) / warn (10) / fail (20) per watched system, from XIDs, ECC, remaps, violations
 _health_in = (
     *_xid_in,
@@ -323,6 +331,13 @@ _BRANDS = {
 _label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
 _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
+
+
+# --- DCGM 4.7 names (exporter/dcgm-names.csv): served beside the old ones, whichever
+# a metrics file lists; fields defined above under their new name (bytes) are kept ---
+for _r in renames():
+    if _r.new not in FIELDS:
+        _add(renamed(FIELDS[_r.old], _r))  # the old field's reading, new name and unit
 
 
 def with_inputs(fields: Iterable[Field]) -> list[Field]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,23 @@ def recording_rules() -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def unit_test_files() -> list[Path]:
     return sorted((ALERTS / "tests").glob("*.test.yaml"))
+
+
+def promtool_failures(promtool: str, files: list[Path]) -> dict[str, str]:
+    """`promtool test rules` on each file, all at once (they are independent): the output
+    of each file that failed, by file name."""
+    runs = {
+        path.name: subprocess.Popen(
+            [promtool, "test", "rules", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for path in files
+    }
+    failed = {}
+    for name, proc in runs.items():
+        output, _ = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            failed[name] = output
+    return failed

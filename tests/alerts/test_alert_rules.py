@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from tests.alerts.conftest import promtool_failures
+
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "docs" / "runbooks"
 OVERVIEW = REPO / "docs" / "alerts.md"
@@ -63,21 +65,7 @@ def test_promtool_check_rules(promtool: str, alerts_dir: Path) -> None:
 
 def test_promtool_unit_tests_pass(promtool: str, unit_test_files: list[Path]) -> None:
     assert unit_test_files
-    # One promtool per file, all at once: the files are independent.
-    runs = {
-        path.name: subprocess.Popen(
-            [promtool, "test", "rules", str(path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for path in unit_test_files
-    }
-    failed = {}
-    for name, proc in runs.items():
-        output, _ = proc.communicate(timeout=120)
-        if proc.returncode != 0:
-            failed[name] = output
+    failed = promtool_failures(promtool, unit_test_files)
     assert failed == {}, "\n".join(failed.values())
 
 

@@ -31,6 +31,7 @@ from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.kube.attribution import KubeStatus
 from exporter.kube.mapper import Owner
 from exporter.kube.sharing import Split
+from exporter.nvml.renames import renames
 from exporter.sim import Fault, ManualClock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,9 +53,10 @@ VARIABLES = {
 }
 GRAFANA_VARIABLES = {"__rate_interval", "__range", "__range_s", "datasource"}
 # Counters whose names do not end in _total; the remapped-row counts are shown as totals
-# on purpose (rows remapped over the GPU's life), so they are not listed.
+# on purpose (rows remapped over the GPU's life), so they are not listed, under either name.
 COUNTERS = re.compile(
-    r"\b(\w+_total|(?!DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL\b)\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION"
+    r"\b(\w+_total|(?!DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL\b|DCGM_FI_DEV_ROW_REMAP_\w+_TOTAL\b)"
+    r"\w+_TOTAL|DCGM_FI_DEV_\w+_VIOLATION"
     r"|DCGM_FI_DEV_PCIE_REPLAY_COUNTER|DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION)\b"
 )
 # Throughputs DCGM computes from two samples (docs/compatibility.md): never rate() them.
@@ -120,7 +122,10 @@ def _served_on_the_simulator() -> frozenset[str]:
 def _known_metrics() -> set[str]:
     rules = yaml.safe_load((REPO / "alerts/gpu-recording.rules.yaml").read_text())["groups"]
     recorded = {rule["record"] for group in rules for rule in group["rules"]}
-    return set(_served_on_the_simulator()) | recorded | {"ALERTS"}
+    served = set(_served_on_the_simulator())
+    # a served field's DCGM 4.7 name: served instead under --dcgm-exporter-version 4.9
+    renamed = {r.new for r in renames() if r.old in served}
+    return served | renamed | recorded | {"ALERTS"}
 
 
 @pytest.fixture(params=FILES, ids=[path.name for path in FILES])
@@ -269,7 +274,10 @@ def test_legends_show_the_host_in_either_spelling(dashboard: dict[str, Any]) -> 
                 assert "{{Hostname}}{{hostname}}" in legend, panel["title"]
 
 
-OWN_SERIES = re.compile(r"(?<![\w:\"])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{[^}]*\})?")
+# a series by name; or by __name__ (label_values of either name of a renamed field)
+OWN_SERIES = re.compile(
+    r"(?<![\w:\"|])(DCGM_\w+|gpu_exporter_\w+|up)\b(\{[^}]*\})?|(\{__name__=~\"DCGM_[^}]*\})"
+)
 
 
 def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None:
@@ -280,7 +288,8 @@ def test_queries_read_the_configured_job_only(dashboard: dict[str, Any]) -> None
     assert exprs
     for expr in exprs:
         for m in OWN_SERIES.finditer(expr):
-            assert m.group(2) and f'job=~"{job}"' in m.group(2), (m.group(0), expr)
+            selector = m.group(2) or m.group(3)
+            assert selector and f'job=~"{job}"' in selector, (m.group(0), expr)
 
 
 # sum/count/avg applied straight to a series (or its rate): over a MIG GPU's per-instance

@@ -11,6 +11,13 @@ Then every panel and variable query of this repository's dashboards, and every q
 tests/dashboards/fixtures/dcgm-style-queries.yaml (written the way dcgm-exporter's users
 write dashboards), returns data; and the recording rules count each GPU once where the
 raw per-instance series would count a MIG GPU once per instance.
+
+All of it under each release the exporter can mimic (--dcgm-exporter-version, with that
+release's shipped metrics file): 4.8.2, 4.8.4 and 4.9, whose DCGM 4.7 names and units our
+dashboards and rules read as they are. Under 4.9 the dcgm-exporter-style queries are
+asked as a team asks them once it moved its dashboards to the new names; the same queries
+with the old names answer through alerts/migration/dcgm-4.8-names.rules.yaml, on a
+second Prometheus that loads it.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
+from exporter.nvml.renames import renames
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, Prometheus, http_get, require, wait_until
@@ -73,10 +81,40 @@ def _kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
+RELEASES = ("4.8.2", "4.8.4", "4.9")
+RULES = [ROOT / "alerts" / "gpu-recording.rules.yaml", ROOT / "alerts" / "gpu-alerts.rules.yaml"]
+
+
+@pytest.fixture(scope="module", params=RELEASES)
+def release(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def _start_prometheus(work: Path, port: int, rules: list[Path]) -> Prometheus:
+    config = {
+        "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
+        "rule_files": [str(r) for r in rules],
+        "scrape_configs": [
+            {
+                "job_name": "gpu-exporter",
+                "static_configs": [
+                    {
+                        "targets": [f"127.0.0.1:{port}"],
+                        "labels": {"node": "sim-node", "cluster": "lab"},
+                    }
+                ],
+            }
+        ],
+    }
+    work.mkdir(exist_ok=True)
+    (work / "prometheus.yml").write_text(json.dumps(config), encoding="utf-8")
+    return Prometheus(work / "prometheus.yml", work)
+
+
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def exporter(release: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exporter]:
     require("prometheus", "prometheus")
-    work = tmp_path_factory.mktemp("dcgm-queries")
+    work = tmp_path_factory.mktemp(f"dcgm-queries-{release}")
     pods = [d for d in yaml.safe_load_all((TIMESLICE / "pods.yaml").read_text()) if d]
     with contextlib.ExitStack() as cleanup:
         node_pods = load_pods("default-node.yaml", fleet_ids(None))
@@ -87,7 +125,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         cleanup.callback(api.stop)
         exporter = Exporter(
             *("-c", "500", "-k", "--pod-resources-kubelet-socket", str(kubelet.socket_path)),
-            *("--host-proc", str(TIMESLICE / "proc")),
+            *("--host-proc", str(TIMESLICE / "proc"), "--dcgm-exporter-version", release),
             env={
                 "KUBECONFIG": str(_kubeconfig(work / "kubeconfig", api.url)),
                 "KUBERNETES_SERVICE_HOST": "",
@@ -95,28 +133,16 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
         )
         cleanup.callback(exporter.stop)
         exporter.wait_ready()
-        config = {
-            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
-            "rule_files": [
-                str(ROOT / "alerts" / "gpu-recording.rules.yaml"),
-                str(ROOT / "alerts" / "gpu-alerts.rules.yaml"),
-            ],
-            "scrape_configs": [
-                {
-                    "job_name": "gpu-exporter",
-                    "static_configs": [
-                        {
-                            "targets": [f"127.0.0.1:{exporter.port}"],
-                            "labels": {"node": "sim-node", "cluster": "lab"},
-                        }
-                    ],
-                }
-            ],
-        }
-        (work / "prometheus.yml").write_text(json.dumps(config), encoding="utf-8")
-        prom = Prometheus(work / "prometheus.yml", work)
-        cleanup.callback(prom.stop)
-        yield prom
+        yield exporter
+
+
+@pytest.fixture(scope="module")
+def prometheus(
+    exporter: Exporter, release: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    prom = _start_prometheus(tmp_path_factory.mktemp(f"prom-{release}"), exporter.port, RULES)
+    yield prom
+    prom.stop()
 
 
 def _substitute(expr: str, values: dict[str, str]) -> str:
@@ -148,8 +174,18 @@ def _our_queries() -> list[tuple[str, str]]:
     return out
 
 
-def _style_queries() -> list[tuple[str, str]]:
-    """(where, expression) of every panel and variable of the dcgm-exporter-style fixture."""
+def _as_served(expr: str, release: str) -> str:
+    """A query as a team writes it for ``release``: the node label is ``hostname`` since
+    4.8.3, and 4.9 has DCGM 4.7's names."""
+    if release == "4.9":
+        for r in renames():
+            expr = re.sub(rf"(?<![\w:]){r.old}(?![\w:])", r.new, expr)
+    return expr if release == "4.8.2" else expr.replace("Hostname", "hostname")
+
+
+def _style_queries(release: str = "4.8.2") -> list[tuple[str, str]]:
+    """(where, expression) of every panel and variable of the dcgm-exporter-style fixture,
+    under the names ``release`` serves."""
     out = []
     for board in STYLE["dashboards"]:
         values = dict.fromkeys(board.get("variables", {}), ".*") | board.get("values", {})
@@ -157,7 +193,7 @@ def _style_queries() -> list[tuple[str, str]]:
             out.append((f"{board['name']}: ${name}", _substitute(query, values)))
         for panel in board["panels"]:
             out.append((f"{board['name']}: {panel['title']}", _substitute(panel["expr"], values)))
-    return out
+    return [(where, _as_served(expr, release)) for where, expr in out]
 
 
 def _answer(prom: Prometheus, expr: str) -> list[Any]:
@@ -209,17 +245,34 @@ def test_every_query_of_our_dashboards_returns_data(prometheus: Prometheus) -> N
     _all_answer(prometheus, _our_queries())
 
 
-def test_every_dcgm_style_query_returns_data(prometheus: Prometheus) -> None:
-    _all_answer(prometheus, _style_queries())
+def test_every_dcgm_style_query_returns_data(prometheus: Prometheus, release: str) -> None:
+    _all_answer(prometheus, _style_queries(release))
 
 
-def test_mig_pods_answer_device_level_queries_by_pod(prometheus: Prometheus) -> None:
-    wait_until(
-        lambda: prometheus.query('DCGM_FI_DEV_POWER_USAGE{pod="mig-small-0"}'), 30, "MIG pods"
-    )
-    power = prometheus.query('DCGM_FI_DEV_POWER_USAGE{pod="mig-small-0"}')
+@pytest.mark.parametrize("release", ["4.9"], indirect=True)
+def test_old_dcgm_style_queries_answer_under_4_9_through_the_migration_rules(
+    exporter: Exporter, tmp_path: Path
+) -> None:
+    """A team that upgraded its exporters to 4.9's names before its dashboards."""
+    migration = ROOT / "alerts" / "migration" / "dcgm-4.8-names.rules.yaml"
+    prom = _start_prometheus(tmp_path, exporter.port, [*RULES, migration])
+    try:
+        old = [(w, e) for w, e in _style_queries("4.8.4") if any(r.old in e for r in renames())]
+        assert old
+        _all_answer(prom, old)
+    finally:
+        prom.stop()
+
+
+def test_mig_pods_answer_device_level_queries_by_pod(prometheus: Prometheus, release: str) -> None:
+    small = _as_served('DCGM_FI_DEV_POWER_USAGE{pod="mig-small-0"}', release)
+    wait_until(lambda: prometheus.query(small), 30, "MIG pods")
+    power = prometheus.query(small)
     assert [(r["metric"]["gpu"], r["metric"]["GPU_I_ID"]) for r in power] == [("6", "7")]
-    large = prometheus.query('DCGM_FI_DEV_GPU_TEMP{namespace="research", pod="mig-large"}')
+    # GPU_CI_ID since 4.8.4: the compute instance of each MIG series (one per instance here)
+    assert [r["metric"].get("GPU_CI_ID") for r in power] == [None if release == "4.8.2" else "0"]
+    query = _as_served('DCGM_FI_DEV_GPU_TEMP{namespace="research", pod="mig-large"}', release)
+    large = prometheus.query(query)
     assert [(r["metric"]["gpu"], r["metric"]["GPU_I_PROFILE"]) for r in large] == [("7", "3g.40gb")]
 
 
@@ -229,17 +282,19 @@ def _value(prom: Prometheus, expr: str) -> float:
     return float(result[0]["value"][1])
 
 
-def test_recording_rules_count_each_gpu_once(prometheus: Prometheus) -> None:
+def test_recording_rules_count_each_gpu_once(prometheus: Prometheus, release: str) -> None:
     """The raw per-instance series count a MIG GPU once per instance; the rules do not."""
     wait_until(lambda: prometheus.query("node:gpu_energy_joules:rate5m"), 30, "the recording rules")
-    raw_temp = 'count(DCGM_FI_DEV_GPU_TEMP{job="gpu-exporter"})'
+    raw_temp = _as_served('count(DCGM_FI_DEV_GPU_TEMP{job="gpu-exporter"})', release)
     assert _value(prometheus, raw_temp) == GPUS - 2 + MIG_INSTANCES
     assert _value(prometheus, "sum(node:gpu_devices:count)") == GPUS
     assert _value(prometheus, "sum(node:gpu_instances:count)") == GPUS - 2 + MIG_INSTANCES
     assert _value(prometheus, "sum(node_mig_profile:gpu_mig_instances:count)") == MIG_INSTANCES
     # Power: the rule equals the sum over physical GPUs, read at the same evaluation.
-    per_gpu = 'sum(max by (UUID) (DCGM_FI_DEV_POWER_USAGE{job="gpu-exporter"}))'
-    raw = 'sum(DCGM_FI_DEV_POWER_USAGE{job="gpu-exporter"})'
+    per_gpu = _as_served(
+        'sum(max by (UUID) (DCGM_FI_DEV_POWER_USAGE{job="gpu-exporter"}))', release
+    )
+    raw = _as_served('sum(DCGM_FI_DEV_POWER_USAGE{job="gpu-exporter"})', release)
     check = f"sum(node:gpu_power_watts:sum) - {per_gpu}"
     wait_until(lambda: abs(_value(prometheus, check)) < 1e-6, 10, "the power rule")
     assert _value(prometheus, raw) > _value(prometheus, per_gpu)

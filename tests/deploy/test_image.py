@@ -206,7 +206,7 @@ def test_runs_with_simulate_and_is_scraped_from_the_host(container):
         text = _scrape(port, proc)
     finally:
         log = _stop(proc)
-    assert 'Hostname="image-node"' in text
+    assert 'hostname="image-node"' in text  # dcgm-exporter 4.8.4's label, the default
     # -d f: 6 whole GPUs and the 11 MIG instances of the 2 MIG GPUs
     assert text.count("DCGM_FI_DEV_GPU_TEMP{") == 17
     assert "gpu_exporter_build_info{" in text
@@ -243,7 +243,7 @@ def test_runs_on_a_read_only_root_as_the_images_user(image, container):
     finally:
         log = _stop(proc)
         os.rmdir(at)
-    assert 'Hostname="ro-node"' in text
+    assert 'hostname="ro-node"' in text
     assert "WRITABLE" not in log and "Traceback" not in log
 
 

@@ -81,14 +81,14 @@ def test_default_node_has_8_h100s_and_mig_instances(default_node):
     assert sorted({int(s.labels["gpu"]) for s in temps}) == list(range(8))
     assert len(temps) == 6 + 11  # whole GPUs once, MIG GPUs once per GPU instance (-d f)
     assert {s.labels["modelName"] for s in temps} == {"NVIDIA H100 80GB HBM3"}
-    assert all(s.labels["Hostname"] == "sim-node" for s in temps)
+    assert all(s.labels["hostname"] == "sim-node" for s in temps)  # 4.8.4's label
     assert [k for k in temps[0].labels][:6] == [
         "gpu",
         "UUID",
         "pci_bus_id",
         "device",
         "modelName",
-        "Hostname",
+        "hostname",
     ]
     util_gpus = {s.labels["gpu"] for s in find(text, "DCGM_FI_DEV_GPU_UTIL")}
     assert util_gpus == {"0", "1", "2", "3", "4", "5"}  # GPUs 6 and 7 are in MIG mode

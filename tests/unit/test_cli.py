@@ -21,7 +21,7 @@ def test_defaults_match_dcgm_exporter():
     c = cfg([], {"NODE_NAME": "node-a"})
     assert (c.host, c.port, c.interval_s) == ("", 9400, 30.0)
     assert c.hostname == "node-a"
-    assert c.hostname_label == "Hostname"
+    assert c.hostname_label == "hostname"  # dcgm-exporter 4.8.4's, the release mimicked
     assert c.metrics_file.endswith("metrics.csv")
     assert c.collect_timeout_s == 10.0
     assert c.devices == DeviceSelection("f", None)
@@ -35,14 +35,14 @@ def test_environment_fallbacks_and_flag_precedence():
         "DCGM_EXPORTER_LISTEN": "127.0.0.1:9500",
         "DCGM_EXPORTER_INTERVAL": "1000",
         "DCGM_EXPORTER_COLLECTORS": str(FIXTURES / "dcgm-default-counters.csv"),
-        "GPU_EXPORTER_HOSTNAME_LABEL": "hostname",
+        "GPU_EXPORTER_HOSTNAME_LABEL": "Hostname",
         "DCGM_EXPORTER_NO_HOSTNAME": "false",
         "DCGM_EXPORTER_DEVICES_STR": "g:0,1",
     }
     c = cfg([], env)
     assert (c.host, c.port, c.interval_s, c.collect_timeout_s) == ("127.0.0.1", 9500, 1.0, 1.0)
     assert c.metrics_file.endswith("dcgm-default-counters.csv")
-    assert c.hostname_label == "hostname"
+    assert c.hostname_label == "Hostname"
     assert (c.no_hostname, c.devices) == (False, DeviceSelection("g", frozenset({0, 1})))
     c = cfg(["-a", "[::1]:9401", "-c", "500", "-n", "-d", "i"], env)
     assert (c.host, c.port, c.interval_s) == ("::1", 9401, 0.5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from types import SimpleNamespace
 
+from exporter.catalog import parse
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.kube.attribution import Holder
@@ -140,3 +141,20 @@ def test_replica_ids_are_kept_per_container_and_bounded():
     assert len(reps[Owner("batch", "c", "worker")]) == REPLICAS_MAX
     assert Owner("batch", "d", "worker") not in reps
     assert len(pm.owners[g.key]) == 4
+
+
+def test_dcgm_4_7_names_split_the_same_shares_in_their_units():
+    """GPU_UTIL_RATIO and FB_USED_BYTES (dcgm-exporter 4.9) split as GPU_UTIL and FB_USED."""
+    g0 = gpu(0)
+    values = {"DCGM_FI_DEV_GPU_UTIL_RATIO": 0.9, "DCGM_FI_DEV_FB_USED_BYTES": 30 << 20}
+    s = snap([g0], values={g0.key: values})
+    catalog = parse("DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\nDCGM_FI_DEV_FB_USED_BYTES, gauge, x\n")
+    sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b"))}
+    splits = [Split(g0, fb={A: 20.0, B: 0.0}, sm={A: 55.0, B: 0.0})]
+    b = Builder(SelfMetrics(1.0))
+    b.dcgm(s, catalog, {}, splits, sharers)
+    got = samples(b.dcgm_text)
+    util = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_GPU_UTIL_RATIO", "0")}
+    assert util == {None: 0.9, "a": 0.55, "b": 0.0}
+    fb = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_FB_USED_BYTES", "0")}
+    assert fb == {None: 30 << 20, "a": 20 << 20, "b": 0.0}

@@ -1,0 +1,91 @@
+"""The DCGM 4.7 names dcgm-exporter 4.9 serves in place of older ones, and their units.
+
+One table, ``exporter/dcgm-names.csv``, says for each renamed field its old and new
+name, the unit of each, and the factor between them (new value = old value x factor).
+:mod:`exporter.nvml.fields` builds the new fields from it, the rule and dashboard
+generators write queries that answer under either name, and the tests hold
+docs/compatibility.md to it. Only the standard library is imported here, so that the
+generators can read the table without the exporter's dependencies.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Any)
+
+TABLE = Path(__file__).resolve().parents[1] / "dcgm-names.csv"
+STATUSES = ("confirmed", "unconfirmed")
+
+
+@dataclass(frozen=True, slots=True)
+class Rename:
+    """One row: ``new`` (DCGM 4.7) serves ``old``'s reading in ``unit``, times ``factor``."""
+
+    old: str
+    new: str
+    old_unit: str
+    unit: str
+    factor: Fraction
+    confirmed: bool
+
+    @property
+    def is_label(self) -> bool:
+        return self.unit == "label"
+
+
+def parse(text: str, source: str = str(TABLE)) -> tuple[Rename, ...]:
+    """The rows of a renames table; ValueError naming the line on a malformed one."""
+    out = []
+    rows = csv.reader(io.StringIO(text), skipinitialspace=True)
+    header = True
+    for row in rows:
+        if not row or row[0].startswith("#"):
+            continue
+        if header:  # the first row names the columns
+            header = False
+            continue
+        cells = [c.strip() for c in row]
+        if len(cells) != 6 or cells[5] not in STATUSES:
+            raise ValueError(f"{source}:{rows.line_num}: expected 6 columns ending in a status")
+        old, new, old_unit, unit, factor, status = cells
+        out.append(Rename(old, new, old_unit, unit, Fraction(factor), status == "confirmed"))
+    return tuple(out)
+
+
+@cache
+def renames() -> tuple[Rename, ...]:
+    """The shipped table, in its order."""
+    return parse(TABLE.read_text(encoding="utf-8"))
+
+
+@cache
+def by_new() -> dict[str, Rename]:
+    """DCGM 4.7 name -> its row."""
+    return {r.new: r for r in renames()}
+
+
+@cache
+def by_old() -> dict[str, Rename]:
+    """Old name -> its row."""
+    return {r.old: r for r in renames()}
+
+
+def renamed(old: F, r: Rename) -> F:
+    """A field (exporter.nvml.fields.Field) reading what ``old`` reads, under ``r.new``,
+    converted to ``r.unit``: a rate's divisor or the scale takes the factor."""
+    if r.is_label:
+        return dataclasses.replace(old, name=r.new)
+    factor = float(r.factor)
+    if old.rate:  # a rate divides the counter's change per second by ``rate``
+        return dataclasses.replace(old, name=r.new, unit=r.unit, rate=old.rate / factor)
+    integer = old.integer and r.factor.denominator == 1
+    scale = old.scale * factor
+    return dataclasses.replace(old, name=r.new, unit=r.unit, scale=scale, integer=integer)

@@ -1,0 +1,66 @@
+"""--dcgm-exporter-version: one setting for the dcgm-exporter release a node mimics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.catalog import load
+from exporter.cli import build_parser, config_from, main
+from exporter.config import ConfigError
+
+
+def cfg(argv: list[str], env: dict[str, str] | None = None):
+    return config_from(build_parser().parse_args(argv), env or {})
+
+
+def test_default_is_4_8_4_with_its_label_and_file():
+    c = cfg([])
+    assert (c.release.name, c.hostname_label) == ("4.8.4", "hostname")
+    assert Path(c.metrics_file).name == "metrics.csv"
+
+
+@pytest.mark.parametrize(
+    ("value", "release", "label", "file", "first_row"),
+    [
+        ("4.8.2", "4.8.2", "Hostname", "metrics-4.8.2.csv", "DCGM_FI_DEV_SM_CLOCK"),
+        ("4.8.4", "4.8.4", "hostname", "metrics.csv", "DCGM_FI_DEV_SM_CLOCK"),
+        ("4.9", "4.9", "hostname", "metrics-4.9.csv", "DCGM_FI_DEV_SM_CLOCK_HERTZ"),
+        ("4.9.0", "4.9", "hostname", "metrics-4.9.csv", "DCGM_FI_DEV_SM_CLOCK_HERTZ"),
+    ],
+)
+def test_each_release_picks_label_and_shipped_file(value, release, label, file, first_row):
+    for c in (
+        cfg(["--dcgm-exporter-version", value]),
+        cfg([], {"GPU_EXPORTER_DCGM_EXPORTER_VERSION": value}),
+    ):
+        assert (c.release.name, c.hostname_label, Path(c.metrics_file).name) == (
+            release,
+            label,
+            file,
+        )
+        assert load(c.metrics_file).metrics[0].name == first_row
+
+
+def test_flag_wins_over_variable_and_hostname_label_over_release():
+    env = {"GPU_EXPORTER_DCGM_EXPORTER_VERSION": "4.9"}
+    assert cfg(["--dcgm-exporter-version", "4.8.2"], env).release.name == "4.8.2"
+    c = cfg(["--hostname-label", "Hostname"], env)
+    assert (c.release.name, c.hostname_label) == ("4.9", "Hostname")
+    c = cfg(["-f", str(Path(cfg([]).metrics_file))], env)  # a file given keeps its names
+    assert Path(c.metrics_file).name == "metrics.csv" and c.release.name == "4.9"
+
+
+@pytest.mark.parametrize("value", ["4.8", "4.8.3", "latest", "5"])
+def test_an_unknown_release_is_one_clear_error(value, capsys):
+    with pytest.raises(
+        ConfigError, match=r"GPU_EXPORTER_DCGM_EXPORTER_VERSION.*use 4\.8\.2, 4\.8\.4, 4\.9"
+    ):
+        cfg([], {"GPU_EXPORTER_DCGM_EXPORTER_VERSION": value})
+    assert main(["--dcgm-exporter-version", value, "--check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"gpu-exporter: error: --dcgm-exporter-version: {value!r} is not a dcgm-exporter "
+        "release mimicked; use 4.8.2, 4.8.4, 4.9, 4.9.0"
+    ]
