@@ -19,7 +19,7 @@ from functools import partial
 
 from aiohttp import web
 
-from exporter import signals
+from exporter import checks, signals
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
 from exporter.config import Config
@@ -108,6 +108,8 @@ def _load_metrics(path: str, old_names: bool = False) -> Catalog:
         raise ValueError(str(e)) from None
     for s in catalog.skipped:
         log.debug("%s (%s:%d) not served: %s", s.name, catalog.path, s.line, s.reason)
+    if (line := checks.duplicates_line(catalog)) is not None:
+        log.warning("%s", line)
     log.info(
         "metrics file %s reloaded: %d metrics, %d label fields, %d rows not served "
         "(--check names them); in force from the next cycle",

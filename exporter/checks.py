@@ -138,7 +138,29 @@ def run_check(cfg: Config) -> int:
         print(_listing(head, names))
         for line in skipped_lines(catalog):
             print(line)
+        if (line := duplicates_line(catalog)) is not None:
+            print(f"warning: {line}")
     return 2 if problems else 0
+
+
+def duplicates_line(catalog: Catalog) -> str | None:
+    """One line naming each field listed twice and both its lines, or None (bounded)."""
+    if not catalog.duplicates:
+        return None
+    pairs = [f"{name} (lines {a} and {b})" for name, a, b in catalog.duplicates]
+    head = f"{catalog.path}: fields listed twice, each served once as its later row says:"
+    return _listing(head, pairs, MAX_ERROR)
+
+
+def skipped_summary(catalog: Catalog) -> str:
+    """The startup warning about rows not served: how many, and their names (bounded)."""
+    names = [s.name for s in catalog.skipped]
+    n = len(names)
+    head = (
+        f"{n} row{'' if n == 1 else 's'} of {catalog.path} not served (fields NVML cannot "
+        "serve or this exporter does not know; --check gives the reasons):"
+    )
+    return _listing(head, names, MAX_ERROR)
 
 
 def skipped_lines(catalog: Catalog) -> list[str]:
@@ -162,16 +184,11 @@ def log_startup(cfg: Config, catalog: Catalog) -> None:
         len(catalog.labels),
     )
     if catalog.skipped:
-        n = len(catalog.skipped)
-        log.warning(
-            "%d row%s of %s not served (fields NVML cannot serve or this exporter does not "
-            "know); --check or --log-level debug lists them",
-            n,
-            "" if n == 1 else "s",
-            catalog.path,
-        )
+        log.warning("%s", skipped_summary(catalog))
         for line in skipped_lines(catalog):
             log.debug("%s", line)
+    if (line := duplicates_line(catalog)) is not None:
+        log.warning("%s", line)
     if cfg.no_effect:
         log.warning("accepted, no effect without DCGM: %s", ", ".join(cfg.no_effect))
     if cfg.web_systemd_socket:

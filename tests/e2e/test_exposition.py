@@ -197,7 +197,7 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         assert all("DCGM_FI_DRIVER_VERSION" in s.labels for s in find(text, "DCGM_FI_DEV_GPU_TEMP"))
     finally:
         log = exp.stop()
-    assert "1 row of" in log and "not served" in log  # one warning; names at debug level
+    assert "1 row of" in log and "not served" in log and "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in log
 
 
 @pytest.mark.parametrize(
