@@ -9,9 +9,10 @@ import sys
 from collections import defaultdict
 
 from exporter import __version__
-from exporter.catalog import Catalog, CatalogError, load
+from exporter.catalog import Catalog, CatalogError, load, parse
 from exporter.config import Config
 from exporter.http import webconfig
+from exporter.watchgroups import GroupError, resolve
 
 log = logging.getLogger("exporter")
 
@@ -85,13 +86,18 @@ def validate(cfg: Config) -> tuple[Catalog | None, list[str]]:
     catalog = None
     if cfg.kube is not None and (problem := kube_extra_problem()):
         problems.append(problem)
-    problem = address_problem(cfg.host, cfg.port)
+    problem = None if cfg.systemd_fds else address_problem(cfg.host, cfg.port)
     if problem:
         problems.append(problem)
     try:
-        catalog = load(cfg.metrics_file, cfg.old_names)
-    except CatalogError as e:
+        if cfg.metrics_text is not None:  # the config file's metrics.fields
+            catalog = parse(cfg.metrics_text, cfg.metrics_file, cfg.old_names)
+        else:
+            catalog = load(cfg.metrics_file, cfg.old_names)
+        resolve(catalog, cfg.collections)
+    except (CatalogError, GroupError) as e:
         problems.append(str(e))
+        catalog = None
     if cfg.web_config_file:
         try:
             webconfig.load(cfg.web_config_file)
@@ -138,8 +144,8 @@ def run_check(cfg: Config) -> int:
         print(_listing(head, names))
         for line in skipped_lines(catalog):
             print(line)
-        if (line := duplicates_line(catalog)) is not None:
-            print(f"warning: {line}")
+        if (dup := duplicates_line(catalog)) is not None:
+            print(f"warning: {dup}")
     return 2 if problems else 0
 
 
@@ -187,15 +193,13 @@ def log_startup(cfg: Config, catalog: Catalog) -> None:
         log.warning("%s", skipped_summary(catalog))
         for line in skipped_lines(catalog):
             log.debug("%s", line)
-    if (line := duplicates_line(catalog)) is not None:
-        log.warning("%s", line)
+    if (dup := duplicates_line(catalog)) is not None:
+        log.warning("%s", dup)
     if cfg.no_effect:
         log.warning("accepted, no effect without DCGM: %s", ", ".join(cfg.no_effect))
-    if cfg.web_systemd_socket:
-        log.warning(
-            "--web-systemd-socket: socket activation is not supported; listening on %s:%d",
-            cfg.host or "*",
-            cfg.port,
-        )
+    for notice in cfg.notices:
+        log.warning("%s", notice)
+    for c in cfg.collections:
+        log.info("collection %s: read every %g s (%s)", c.name, c.interval_s, c.where)
     if cfg.simulate:
         log.info("simulated NVML driver: %s", cfg.fleet or "default fleet (8x H100, 2 with MIG)")

@@ -6,6 +6,10 @@ own (no second thread is started while it hangs, so threads never pile up)
 and scrapes keep getting the last exposition, whose self-metrics show the age.
 Cancelling :meth:`Poller.run` ends it at once, even while the worker hangs in
 an NVML call: the wait never shields the worker's future from cancellation.
+
+Collections with an interval of their own (--config-file) are read between
+cycles, in the same worker thread: each reads only its fields, and the
+exposition is rendered again with them (unchanged families are reused).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
 from exporter.snapshot import CollectorResult, Snapshot
+from exporter.watchgroups import resolve
 
 if TYPE_CHECKING:
     from exporter.kube.attribution import Attribution
@@ -56,13 +61,14 @@ class Poller:
         self.snapshot: Snapshot | None = None
         self.last_ok_monotonic: float | None = None
         self.stuck = ""  # why the current cycle has not finished, when it overran
-        self._pending: Future[Snapshot] | None = None
+        self._pending: Future[Snapshot | None] | None = None
         self._next_catalog: Catalog | None = None
         self._stuck_logged = float("-inf")
         self._crash_logged = ""
         self._started = 0.0  # monotonic start of the cycle in the worker
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
         self._trimmer = Trimmer()
+        self.collections = getattr(cfg, "collections", ())
         self.exposition: Exposition = self.builder.build()
 
     @property
@@ -79,16 +85,38 @@ class Poller:
         self._next_catalog = catalog
 
     async def run(self) -> None:
-        """Collect forever at the interval (cancel the task to stop)."""
+        """Collect forever at the interval, and each group at its own (cancel to stop)."""
         loop = asyncio.get_running_loop()
-        next_at = loop.time()
+        groups = self.collector.groups
+        due = [loop.time()] * (1 + len(groups))  # the cycle first, then each group once
         while True:
-            await self.cycle()
-            next_at += self.interval_s
+            i = min(range(len(due)), key=due.__getitem__)
+            await asyncio.sleep(max(0.0, due[i] - loop.time()))
+            if i == 0:
+                await self.cycle()
+            else:
+                await self.read_group(i - 1)
+            every = self.interval_s if i == 0 else groups[i - 1].interval_s
+            due[i] += every
             now = loop.time()
-            if next_at < now:  # fell behind: skip missed ticks instead of bursting
-                next_at = now + self.interval_s
-            await asyncio.sleep(next_at - now)
+            if due[i] < now:  # fell behind: skip missed ticks instead of bursting
+                due[i] = now + every
+            if self.collector.groups is not groups:  # a reload changed them
+                groups = self.collector.groups
+                due = [due[0]] + [now] * len(groups)
+
+    async def read_group(self, i: int) -> None:
+        """Read group ``i`` and publish, unless the worker is still busy (then skipped)."""
+        if self.busy:
+            return
+        self._pending = self.executor.submit(self.collector.collect_group, i)
+        try:
+            snap = await self._wait(self._pending)
+        except Exception as e:  # timed out (the next cycle reports it) or a bug: keep going
+            log.debug("reading collection %s failed: %r", self.collector.groups[i].name, e)
+            return
+        if snap is not None:
+            await asyncio.wrap_future(self.executor.submit(self.publish, snap, True))
 
     async def cycle(self) -> None:
         """One collection: submit to the worker unless it is still busy, then publish."""
@@ -103,7 +131,7 @@ class Poller:
             return
         if self._next_catalog is not None:
             self.catalog, self._next_catalog = self._next_catalog, None
-            self.collector.set_catalog(self.catalog)
+            self.collector.set_catalog(self.catalog, resolve(self.catalog, self.collections))
             self.selfmetrics.skipped_rows = self.catalog.skipped
         self._started = time.monotonic()
         self._pending = self.executor.submit(self.collector.collect)
@@ -136,7 +164,7 @@ class Poller:
         # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
         await asyncio.wrap_future(self.executor.submit(self.publish, snap))
 
-    async def _wait(self, pending: Future[Snapshot]) -> Snapshot:
+    async def _wait(self, pending: Future[Any]) -> Any:
         """The cycle's snapshot; TimeoutError after the collect timeout.
 
         asyncio.wait neither cancels the worker's future on timeout nor holds
@@ -158,30 +186,37 @@ class Poller:
             self._stuck_logged = now
             log.warning("%s; serving the last snapshot", self.stuck)
 
-    def publish(self, snap: Snapshot) -> None:
-        """Build the exposition that scrapes serve from a snapshot."""
+    def publish(self, snap: Snapshot, group: bool = False) -> None:
+        """Build the exposition that scrapes serve from a snapshot.
+
+        ``group``: the snapshot of a cycle with a group's newer values; the cycle's
+        counts, windows and health stay as they are.
+        """
         sm = self.selfmetrics
         self.snapshot = snap
-        self.cycles += 1
-        s = self.collector.session
         sm.snapshot = snap
-        sm.nvml_up = s.up
-        sm.driver_version, sm.nvml_version = s.driver_version, s.nvml_version
-        if snap.ok:
-            sm.collections["success"] += 1
-            sm.last_success = snap.taken_at
-        else:
-            sm.collections["failure"] += 1
+        if not group:
+            self.cycles += 1
+            s = self.collector.session
+            sm.nvml_up = s.up
+            sm.driver_version, sm.nvml_version = s.driver_version, s.nvml_version
+            if snap.ok:
+                sm.collections["success"] += 1
+                sm.last_success = snap.taken_at
+            else:
+                sm.collections["failure"] += 1
         attr = self.attribution
         if attr is None:
-            sm.series = self.builder.dcgm(snap, self.catalog)
+            sm.series = self.builder.dcgm(snap, self.catalog, again=group)
         else:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
             sm.series = self.builder.dcgm(
-                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
+                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers(), group
             )
         self._publish_self()
+        if group:
+            return
         if snap.ok:  # only now: /ready must not say yes before /metrics has the series
             self.last_ok_monotonic = time.monotonic()
         self._trimmer.tick()  # the old expositions' memory, freed here, back to the OS

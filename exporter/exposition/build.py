@@ -127,6 +127,8 @@ class Builder:
         self.dcgm_parts: list[bytes] = []
         self._reuse = dcgm.Reuse()
         self._last_layout: Layout | None = None
+        self._last_derived = Derived()
+        self._last_xids: list = []
 
     def dcgm(
         self,
@@ -135,8 +137,13 @@ class Builder:
         holders: Mapping[str, Holder] | None = None,
         splits: Iterable[Split] = (),
         sharers: Mapping[str, Sequence[Holder]] | None = None,
+        again: bool = False,
     ) -> int:
         """Rebuild the DCGM part from ``snap``; returns its number of series.
+
+        ``again``: ``snap`` is the last cycle's with newer values of some fields (a
+        collection read at its own interval): the DCGM_EXP_* windows and health,
+        which count cycles, are not updated.
 
         ``holders`` maps a device key to the one container holding it (pod
         labels); ``splits`` are per-container shares of devices held by several.
@@ -144,7 +151,8 @@ class Builder:
         several containers to them: its series are then repeated per holder.
         """
         splits = list(splits)
-        xids = self.xids.update(snap, holders)
+        xids = self._last_xids if again else self.xids.update(snap, holders)
+        self._last_xids = xids
         devices = (*snap.gpus, *snap.down, *snap.entities)
         shape = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
         self.device_text.keep([*devices, *(s.device for s in xids)])
@@ -164,7 +172,9 @@ class Builder:
             xids,
             self.holder_text,
             lay.targets,
-            self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
+            self._last_derived
+            if again
+            else self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
             dev_rows,
             inst_rows,
             virt,
@@ -216,7 +226,7 @@ class Builder:
         if missing != self._unmatched:
             self._unmatched = missing
             if missing:
-                what = "GPU index" if self.selection.mode == "g" else "GPU_I_ID"
+                what = "GPU_I_ID" if self.selection.mode == "i" else "GPU index"
                 log.warning(
                     "-d/--devices: no device with %s %s on this node; their series are absent "
                     "(list the IDs nvidia-smi shows)",
@@ -236,7 +246,8 @@ class Builder:
         health = self.health.update(snap, xw) if want_health else {}
         if "DCGM_EXP_XID_ERRORS_COUNT" not in names:
             xw = None
-        return Derived(xw, cw, health)
+        self._last_derived = Derived(xw, cw, health)
+        return self._last_derived
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
