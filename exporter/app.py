@@ -152,6 +152,8 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
     closing = {asyncio.ensure_future(_close_nvml(poller)): "NVML"}
     if poller.attribution is not None:
         closing[asyncio.ensure_future(poller.attribution.close())] = "kubelet/API-server clients"
+    if poller.runtime is not None:
+        closing[asyncio.ensure_future(poller.runtime.close())] = "container runtime client"
     _, late = await asyncio.wait(closing, timeout=CLOSE_S)
     for part in late:
         part.cancel()

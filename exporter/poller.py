@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
+from exporter.containers import Runtime, by_device
+from exporter.exposition import jobs
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
+from exporter.hpcjobs import JobFiles
 from exporter.snapshot import CollectorResult, Snapshot
 from exporter.watchgroups import resolve
 
@@ -69,6 +72,10 @@ class Poller:
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
         self._trimmer = Trimmer()
         self.collections = getattr(cfg, "collections", ())
+        job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
+        self.job_files = JobFiles(job_dir) if job_dir else None
+        self.runtime = Runtime(socket, interval_s) if socket else None
+        self._workloads: jobs.Workloads | None = None
         self.exposition: Exposition = self.builder.build()
 
     @property
@@ -161,6 +168,8 @@ class Poller:
         self.stuck = ""
         if self.attribution is not None:
             await self.attribution.refresh(snap)
+        if self.runtime is not None:
+            await self.runtime.refresh()
         # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
         await asyncio.wrap_future(self.executor.submit(self.publish, snap))
 
@@ -205,14 +214,24 @@ class Poller:
                 sm.last_success = snap.taken_at
             else:
                 sm.collections["failure"] += 1
+        if not group:
+            self._workloads = self.workloads(snap)
         attr = self.attribution
         if attr is None:
-            sm.series = self.builder.dcgm(snap, self.catalog, again=group)
+            sm.series = self.builder.dcgm(
+                snap, self.catalog, again=group, workloads=self._workloads
+            )
         else:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
             sm.series = self.builder.dcgm(
-                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers(), group
+                snap,
+                self.catalog,
+                attr.holders(),
+                attr.splits(snap),
+                attr.sharers(),
+                group,
+                self._workloads,
             )
         self._publish_self()
         if group:
@@ -220,6 +239,14 @@ class Poller:
         if snap.ok:  # only now: /ready must not say yes before /metrics has the series
             self.last_ok_monotonic = time.monotonic()
         self._trimmer.tick()  # the old expositions' memory, freed here, back to the OS
+
+    def workloads(self, snap: Snapshot) -> jobs.Workloads | None:
+        """This cycle's HPC jobs (job files read now) and containers holding devices."""
+        if self.job_files is None and self.runtime is None:
+            return None
+        job_map = self.job_files.read() if self.job_files is not None else {}
+        held = by_device(self.runtime.held, snap.gpus + snap.entities) if self.runtime else {}
+        return jobs.Workloads(job_map, held)
 
     def _publish_self(self) -> None:
         sm = self.selfmetrics

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
-from exporter.exposition import dcgm, pods, text, virtual
+from exporter.exposition import dcgm, jobs, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
@@ -138,6 +138,7 @@ class Builder:
         splits: Iterable[Split] = (),
         sharers: Mapping[str, Sequence[Holder]] | None = None,
         again: bool = False,
+        workloads: jobs.Workloads | None = None,
     ) -> int:
         """Rebuild the DCGM part from ``snap``; returns its number of series.
 
@@ -149,6 +150,7 @@ class Builder:
         labels); ``splits`` are per-container shares of devices held by several.
         ``sharers`` (only with --kubernetes-virtual-gpus) maps a device held by
         several containers to them: its series are then repeated per holder.
+        ``workloads``: HPC jobs and containers whose copies the series get.
         """
         splits = list(splits)
         xids = self._last_xids if again else self.xids.update(snap, holders)
@@ -158,12 +160,18 @@ class Builder:
         self.device_text.keep([*devices, *(s.device for s in xids)])
         self._warn_unmatched(snap)
         virt = None
+        copies: jobs.Copies | None = None
         if sharers:
             lay = self._layout(snap, devices, holders)
             virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
-            dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, virt.copies)
+            copies = virt.copies
         else:
             lay = self._layout_cached(snap, (shape, devices), holders)
+        if workloads:
+            copies = jobs.copies(devices, lay.series_labels, copies, *workloads)
+        if copies:
+            dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, copies)
+        else:
             dev_rows, inst_rows = lay.device_rows, lay.instance_rows
         fr = dcgm.Frame(
             snap,
@@ -178,6 +186,7 @@ class Builder:
             dev_rows,
             inst_rows,
             virt,
+            copies=copies or None,
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
