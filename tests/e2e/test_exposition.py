@@ -206,6 +206,7 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         ("g", {(str(i), None) for i in range(8)}),
         ("g:0,7", {("0", None), ("7", None)}),
         ("i:7", {("6", "7"), ("7", "7")}),
+        ("g:0,6+i:7", {("0", None), ("6", None), ("6", "7"), ("7", "7")}),
     ],
 )
 def test_devices_flag_picks_the_series_devices(flag: str, want: set):

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter import checks
+from exporter import checks, sim
 from exporter.cli import build_parser, config_from
 from exporter.config import ConfigError, DeviceSelection, default_metrics_file, parse_devices
 from exporter.durations import parse_duration
 from exporter.flags import DCGM_FLAGS
+from tests.exposition import find
+from tests.nvml.test_families import make_node
 from tests.procs import free_port
 
 CONFIGS = Path(__file__).parent.parent / "fixtures" / "config"
@@ -244,6 +246,20 @@ def test_health_require_gpus():
 )
 def test_devices_gpus_and_instances_together(value, want):
     assert parse_devices(value, "-d") == want
+
+
+def test_devices_gpus_and_instances_series(tmp_path):
+    """g:IDS+i:IDS: the series of -d g:IDS and those of -d i:IDS (the simulated node has
+    MIG GPUs 6 and 7, each with a GPU instance 7)."""
+    c = cfg(["-d", "g:0,6+i:7"])
+    _driver, col, cycle = make_node(tmp_path, cfg=c)
+    try:
+        power = find(cycle(), "DCGM_FI_DEV_POWER_USAGE")
+    finally:
+        col.close()
+        sim.uninstall()
+    got = sorted((s.labels["gpu"], s.labels.get("GPU_I_ID", "")) for s in power)
+    assert got == [("0", ""), ("6", ""), ("6", "7"), ("7", "7")]
 
 
 @pytest.mark.parametrize(
