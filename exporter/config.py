@@ -100,7 +100,7 @@ class Config:
     replace_blanks_in_model_name: bool = False  # modelName "NVIDIA H100" -> "NVIDIA-H100"
     log_format: str = "text"  # or "json": one JSON object per log line
     no_effect: tuple[str, ...] = ()  # dcgm-exporter flags given that need DCGM
-    web_systemd_socket: bool = False  # asked for; not supported, logged at startup
+    web_systemd_socket: bool = False  # --web-systemd-socket (its sockets: systemd_fds)
     http_write_timeout_s: float = DEFAULT_HTTP_WRITE_TIMEOUT_MS / 1000  # client not reading
     http_max_header_bytes: int = DEFAULT_HTTP_MAX_HEADER_BYTES  # one request's headers, total
     auth_excluded_paths: tuple[str, ...] = DEFAULT_AUTH_EXCLUDED  # served without basic auth

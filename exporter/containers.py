@@ -44,7 +44,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ALL = "all"
 
 
-class RuntimeError_(Exception):
+class AnswerError(Exception):
     """The runtime's API did not give a usable answer (one line)."""
 
 
@@ -172,14 +172,14 @@ class Runtime:
         try:
             listed = await self._get("/containers/json")
             if not isinstance(listed, list):
-                raise RuntimeError_("the container list is not a JSON list")
+                raise AnswerError("the container list is not a JSON list")
             ids = [c["Id"] for c in listed if isinstance(c, dict) and isinstance(c.get("Id"), str)]
             if len(ids) > MAX_CONTAINERS:
                 self._warn.log(log, logging.WARNING, "--container-runtime-socket: %d containers; "
                                "looking at the first %d", len(ids), MAX_CONTAINERS)  # fmt: skip
                 ids = ids[:MAX_CONTAINERS]
             await self._inspect([i for i in ids if i not in self._seen])
-        except (RuntimeError_, aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+        except (AnswerError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
             if self.up or self._warn.ready() is not None:
                 log.warning("--container-runtime-socket %s: %s; keeping the last answer",
                             self.socket, str(e)[:200] or type(e).__name__)  # fmt: skip
@@ -199,7 +199,7 @@ class Runtime:
             async with gate:
                 try:
                     got = await self._get(f"/containers/{cid}/json")
-                except RuntimeError_ as e:
+                except AnswerError as e:
                     if "404" in str(e):  # gone since the list: not held
                         return
                     raise
@@ -215,22 +215,20 @@ class Runtime:
             )
         async with self._session.get(f"http://localhost{path}") as resp:
             if resp.status != 200:
-                raise RuntimeError_(f"GET {path[:80]}: HTTP {resp.status}")
+                raise AnswerError(f"GET {path[:80]}: HTTP {resp.status}")
             if (resp.content_length or 0) > MAX_BYTES:
-                raise RuntimeError_(f"GET {path[:80]}: answer larger than {MAX_BYTES >> 20} MiB")
+                raise AnswerError(f"GET {path[:80]}: answer larger than {MAX_BYTES >> 20} MiB")
             chunks, size = [], 0
             async for chunk in resp.content.iter_chunked(1 << 16):
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > MAX_BYTES:
-                    raise RuntimeError_(
-                        f"GET {path[:80]}: answer larger than {MAX_BYTES >> 20} MiB"
-                    )
+                    raise AnswerError(f"GET {path[:80]}: answer larger than {MAX_BYTES >> 20} MiB")
             body = b"".join(chunks)
         try:
             return json.loads(body)
         except (ValueError, RecursionError):
-            raise RuntimeError_(f"GET {path[:80]}: not JSON") from None
+            raise AnswerError(f"GET {path[:80]}: not JSON") from None
 
     async def close(self) -> None:
         if self._session is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from exporter.config import DEFAULT_SOCKET, parse_bool
 
@@ -213,6 +214,7 @@ class Resolver:
         self.args = args
         self.env = env
         self.file: dict[str, tuple[str, str]] = {}  # dest -> (value, source): --config-file
+        self.config: Any = None  # the parsed --config-file (exporter/configfile.FileConfig)
 
     def value(self, dest: str, option: str, env_name: str) -> tuple[str | None, str]:
         """(value, "flag or environment variable NAME") or (None, "") when none is set:

@@ -37,13 +37,13 @@ def resolver(args: argparse.Namespace, env: Mapping[str, str]) -> Resolver:
         except configfile.FileError as e:
             raise ConfigError(f"{src}: {e}") from None
         r.file = {BY_LONG[k].dest: v for k, v in fc.values.items()}
-        r.config = fc  # type: ignore[attr-defined]
+        r.config = fc
     return r
 
 
 def apply(r: Resolver, cfg: Config) -> Config:
     """``cfg`` with the settings of these flags (and the config file) in place."""
-    fc: configfile.FileConfig | None = getattr(r, "config", None)
+    fc: configfile.FileConfig | None = r.config
     notices: list[str] = []
     out: dict[str, Any] = {"config_file": fc.path if fc else None}
     if fc is not None:

@@ -214,7 +214,6 @@ class Poller:
                 sm.last_success = snap.taken_at
             else:
                 sm.collections["failure"] += 1
-        if not group:
             self._workloads = self.workloads(snap)
         attr = self.attribution
         if attr is None:
