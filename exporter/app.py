@@ -19,14 +19,15 @@ from functools import partial
 
 from aiohttp import web
 
-from exporter import signals
+from exporter import checks, signals
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
-from exporter.config import Config
+from exporter.config import Collection, Config
 from exporter.files import ConfigFileError, read_config_file
 from exporter.http import eviction, server, webconfig
-from exporter.http.routes import Source, routes
+from exporter.http.routes import Source, anyone, routes
 from exporter.poller import Poller
+from exporter.watchgroups import GroupError, resolve
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         "" if cfg.no_hostname else cfg.hostname_label,  # "": no node label (-n)
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
         shared_keys=attribution.shared_keys if attribution else None,
+        groups=resolve(catalog, cfg.collections),  # validated before the start
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
     collector.enumerator.ci_label = cfg.release.ci_label  # GPU_CI_ID on MIG series (4.8.4+)
@@ -64,16 +66,19 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
     poller.selfmetrics.reloads = lambda: [
         (kind, r.ok, r.last_success_unix) for kind, r in status.items()
     ]
-    routes(app, _source(app, poller, bool(cfg.web_config_file)))
+    routes(app, _source(app, poller, cfg))
     app.on_response_prepare.append(eviction.note_response)  # answered: evicted last
-    signals.watch(
-        app,
-        signals.FileReload(
-            "metrics_file", catalog.path, _read_metrics,
-            partial(_load_metrics, old_names=catalog.old_names), poller.reload,
-            app[signals.RELOADS], "still collecting with the last good metrics file",
-        ),
-    )  # fmt: skip
+    if cfg.metrics_text is None:  # the config file's metrics.fields are read once
+        signals.watch(
+            app,
+            signals.FileReload(
+                "metrics_file", catalog.path, _read_metrics,
+                partial(_load_metrics, old_names=catalog.old_names,
+                        collections=cfg.collections),
+                poller.reload, app[signals.RELOADS],
+                "still collecting with the last good metrics file",
+            ),
+        )  # fmt: skip
     app.cleanup_ctx.append(_collecting)
     if cfg.web_config_file:
         excluded = cfg.auth_excluded_paths
@@ -81,7 +86,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
     return app
 
 
-def _source(app: web.Application, poller: Poller, auth: bool) -> Source:
+def _source(app: web.Application, poller: Poller, cfg: Config) -> Source:
     def exposition() -> tuple[bytes, bytes]:
         expo = poller.exposition
         return expo.plain, expo.gzipped
@@ -90,9 +95,18 @@ def _source(app: web.Application, poller: Poller, auth: bool) -> Source:
         task = app.get(TASK)
         return task is None or not task.done()
 
-    if auth:
-        return Source(exposition, poller.readiness, alive, webconfig.authenticated)
-    return Source(exposition, poller.readiness, alive)
+    def has_gpus() -> bool:
+        snap = poller.snapshot
+        return snap is not None and bool(snap.gpus)
+
+    return Source(
+        exposition,
+        poller.readiness,
+        alive,
+        webconfig.authenticated if cfg.web_config_file else anyone,
+        cfg.max_concurrent_scrapes,
+        has_gpus if cfg.health_require_gpus else None,
+    )
 
 
 def _read_metrics(path: str) -> str:
@@ -102,13 +116,18 @@ def _read_metrics(path: str) -> str:
         raise ValueError(str(e)) from None
 
 
-def _load_metrics(path: str, old_names: bool = False) -> Catalog:
+def _load_metrics(
+    path: str, old_names: bool = False, collections: tuple[Collection, ...] = ()
+) -> Catalog:
     try:
         catalog = load(path, old_names)
-    except CatalogError as e:
+        resolve(catalog, collections)  # the config file's collections still match
+    except (CatalogError, GroupError) as e:
         raise ValueError(str(e)) from None
     for s in catalog.skipped:
         log.debug("%s (%s:%d) not served: %s", s.name, catalog.path, s.line, s.reason)
+    if (line := checks.duplicates_line(catalog)) is not None:
+        log.warning("%s", line)
     log.info(
         "metrics file %s reloaded: %d metrics, %d label fields, %d rows not served "
         "(--check names them); in force from the next cycle",
@@ -134,6 +153,8 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
     closing = {asyncio.ensure_future(_close_nvml(poller)): "NVML"}
     if poller.attribution is not None:
         closing[asyncio.ensure_future(poller.attribution.close())] = "kubelet/API-server clients"
+    if poller.runtime is not None:
+        closing[asyncio.ensure_future(poller.runtime.close())] = "container runtime client"
     _, late = await asyncio.wait(closing, timeout=CLOSE_S)
     for part in late:
         part.cancel()

@@ -5,7 +5,8 @@ unknown type, a name that cannot be a metric name, a file with no rows: a
 :class:`CatalogError` naming file and line) and lenient where dcgm-exporter is
 (``#`` comments, padding spaces, blank lines). A row naming a field NVML cannot
 serve, or one this exporter does not know, is skipped with its reason, so
-NVIDIA's own CSVs load.
+NVIDIA's own CSVs load. A field listed twice (NVIDIA's 1.x CSV lists two PCIe rows
+twice) is served once, as its later row says; the catalog names both lines.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ class Catalog:
     labels: tuple[MetricSpec, ...]
     skipped: tuple[Skipped, ...]
     old_names: bool = False  # served under dcgm-exporter 1.x names (-o)
+    # fields listed more than once: (name as the later row writes it, earlier line, later line)
+    duplicates: tuple[tuple[str, int, int], ...] = ()
 
     def names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.metrics + self.labels)
@@ -108,41 +111,51 @@ def load(path: str | Path, old_names: bool = False) -> Catalog:
 
 
 def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalog:
-    """Parse metrics-file text; ``path`` only names the source in error messages."""
-    metrics: list[MetricSpec] = []
-    labels: list[MetricSpec] = []
-    skipped: list[Skipped] = []
-    seen: dict[str, int] = {}
+    """Parse metrics-file text; ``path`` only names the source in error messages.
+
+    A field listed again replaces its earlier row in place (type, help, name as
+    written): the later row wins, as a later setting does in a config file, and
+    the field stays one family, one series per device. Serving both rows would
+    publish the same series twice, which Prometheus counts as duplicate samples.
+    """
+    entries: dict[str, MetricSpec | Skipped] = {}  # by field, in the order first listed
+    duplicates: list[tuple[str, int, int]] = []
+    rows = 0
     reader = csv.reader(io.StringIO(text), skipinitialspace=True, strict=True)
     try:
         for row in reader:
             lineno = reader.line_num
             if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
                 continue
-            if len(seen) >= MAX_ROWS:
+            if rows >= MAX_ROWS:
                 raise CatalogError(f"{path}:{lineno}: more than {MAX_ROWS} rows; list fewer")
+            rows += 1
             spec = _row(row, path, lineno, old_names)
             key = spec.name if isinstance(spec, Skipped) else spec.field.name
-            if key in seen:
-                raise CatalogError(
-                    f"{path}:{lineno}: {row[0].strip()} is already listed on line {seen[key]}; "
-                    "keep one row per field"
-                )
-            seen[key] = lineno
-            if isinstance(spec, Skipped):
-                skipped.append(spec)
-            elif spec.type == "label":
-                labels.append(spec)
-            else:
-                metrics.append(spec)
+            earlier = entries.get(key)
+            if earlier is not None:
+                duplicates.append((row[0].strip(), earlier.line, lineno))
+            entries[key] = spec
     except csv.Error as e:
         raise CatalogError(f"{path}:{reader.line_num}: {e}; fix the CSV quoting") from None
-    if not seen:
+    if not entries:
         raise CatalogError(
             f"{path}: the metrics file has no rows; list fields as FIELD, type, help "
             "(the shipped metrics.csv is an example)"
         )
-    return Catalog(path, tuple(metrics), tuple(labels), tuple(skipped), old_names)
+    metrics: list[MetricSpec] = []
+    labels: list[MetricSpec] = []
+    skipped: list[Skipped] = []
+    for spec in entries.values():
+        if isinstance(spec, Skipped):
+            skipped.append(spec)
+        elif spec.type == "label":
+            labels.append(spec)
+        else:
+            metrics.append(spec)
+    return Catalog(
+        path, tuple(metrics), tuple(labels), tuple(skipped), old_names, tuple(duplicates)
+    )
 
 
 def _row(row: list[str], path: str, lineno: int, old: bool) -> MetricSpec | Skipped:

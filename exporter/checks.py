@@ -9,9 +9,10 @@ import sys
 from collections import defaultdict
 
 from exporter import __version__
-from exporter.catalog import Catalog, CatalogError, load
+from exporter.catalog import Catalog, CatalogError, load, parse
 from exporter.config import Config
 from exporter.http import webconfig
+from exporter.watchgroups import GroupError, resolve
 
 log = logging.getLogger("exporter")
 
@@ -85,13 +86,18 @@ def validate(cfg: Config) -> tuple[Catalog | None, list[str]]:
     catalog = None
     if cfg.kube is not None and (problem := kube_extra_problem()):
         problems.append(problem)
-    problem = address_problem(cfg.host, cfg.port)
+    problem = None if cfg.systemd_fds else address_problem(cfg.host, cfg.port)
     if problem:
         problems.append(problem)
     try:
-        catalog = load(cfg.metrics_file, cfg.old_names)
-    except CatalogError as e:
+        if cfg.metrics_text is not None:  # the config file's metrics.fields
+            catalog = parse(cfg.metrics_text, cfg.metrics_file, cfg.old_names)
+        else:
+            catalog = load(cfg.metrics_file, cfg.old_names)
+        resolve(catalog, cfg.collections)
+    except (CatalogError, GroupError) as e:
         problems.append(str(e))
+        catalog = None
     if cfg.web_config_file:
         try:
             webconfig.load(cfg.web_config_file)
@@ -138,7 +144,29 @@ def run_check(cfg: Config) -> int:
         print(_listing(head, names))
         for line in skipped_lines(catalog):
             print(line)
+        if (dup := duplicates_line(catalog)) is not None:
+            print(f"warning: {dup}")
     return 2 if problems else 0
+
+
+def duplicates_line(catalog: Catalog) -> str | None:
+    """One line naming each field listed twice and both its lines, or None (bounded)."""
+    if not catalog.duplicates:
+        return None
+    pairs = [f"{name} (lines {a} and {b})" for name, a, b in catalog.duplicates]
+    head = f"{catalog.path}: fields listed twice, each served once as its later row says:"
+    return _listing(head, pairs, MAX_ERROR)
+
+
+def skipped_summary(catalog: Catalog) -> str:
+    """The startup warning about rows not served: how many, and their names (bounded)."""
+    names = [s.name for s in catalog.skipped]
+    n = len(names)
+    head = (
+        f"{n} row{'' if n == 1 else 's'} of {catalog.path} not served (fields NVML cannot "
+        "serve or this exporter does not know; --check gives the reasons):"
+    )
+    return _listing(head, names, MAX_ERROR)
 
 
 def skipped_lines(catalog: Catalog) -> list[str]:
@@ -162,14 +190,7 @@ def log_startup(cfg: Config, catalog: Catalog) -> None:
         len(catalog.labels),
     )
     if catalog.skipped:
-        n = len(catalog.skipped)
-        log.warning(
-            "%d row%s of %s not served (fields NVML cannot serve or this exporter does not "
-            "know); --check or --log-level debug lists them",
-            n,
-            "" if n == 1 else "s",
-            catalog.path,
-        )
+        log.warning("%s", skipped_summary(catalog))
         for line in skipped_lines(catalog):
             log.debug("%s", line)
     rates = catalog.rates_typed_counter()
@@ -181,13 +202,13 @@ def log_startup(cfg: Config, catalog: Catalog) -> None:
             catalog.path,
             ", ".join(rates),
         )
+    if (dup := duplicates_line(catalog)) is not None:
+        log.warning("%s", dup)
     if cfg.no_effect:
         log.warning("accepted, no effect without DCGM: %s", ", ".join(cfg.no_effect))
-    if cfg.web_systemd_socket:
-        log.warning(
-            "--web-systemd-socket: socket activation is not supported; listening on %s:%d",
-            cfg.host or "*",
-            cfg.port,
-        )
+    for notice in cfg.notices:
+        log.warning("%s", notice)
+    for c in cfg.collections:
+        log.info("collection %s: read every %g s (%s)", c.name, c.interval_s, c.where)
     if cfg.simulate:
         log.info("simulated NVML driver: %s", cfg.fleet or "default fleet (8x H100, 2 with MIG)")

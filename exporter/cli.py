@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from exporter import __version__, checks, logsetup
+from exporter import __version__, checks, flags48, logsetup
 from exporter.config import (
     DEFAULT_ADDRESS,
     DEFAULT_AUTH_EXCLUDED,
@@ -285,8 +285,9 @@ def _hostname_label(r: Resolver, release: Release) -> str:
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
-    """Combine flags and environment into a Config; raises ConfigError naming the input."""
-    r = Resolver(args, env)
+    """Combine flags, environment and config file into a Config; raises ConfigError naming
+    the input."""
+    r = flags48.resolver(args, env)
     value, src = r.flag("address")
     host, port = parse_address(value or DEFAULT_ADDRESS, src or "default address")
     value, src = r.flag("collect-interval")
@@ -308,7 +309,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
     xid_window, clock_window = _windows(r)
     http = _http_limits(r)
     hostname = node_name(env.get("NODE_NAME"))
-    return Config(
+    cfg = Config(
         host=host,
         port=port,
         interval_s=interval,
@@ -336,6 +337,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
         **http,
     )
+    return flags48.apply(r, cfg)
 
 
 def _http_limits(r: Resolver) -> dict[str, Any]:

@@ -5,6 +5,10 @@ instance-level fields once per whole GPU or MIG instance, samples GPM, and
 copies the XID counters, producing a :class:`Snapshot`. A lost GPU does not
 stop the others; a GPU whose calls turn slow is set aside for a while; a
 driver that went away is re-initialised with backoff.
+
+Fields of a collection with its own interval (exporter/watchgroups.py) have
+readers of their own: :meth:`Collector.collect_group` reads only them, on the
+devices of the last cycle, and every snapshot carries each group's latest values.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from exporter.catalog import Catalog
@@ -25,6 +30,7 @@ from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
 from exporter.nvml.session import DeviceLost, DriverGone, NvmlProblem, Session
 from exporter.snapshot import CollectorResult, Snapshot, Value
+from exporter.watchgroups import Group, default_fields
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +49,9 @@ class Collector:
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
         shared_keys: Callable[[], frozenset[str]] | None = None,
+        groups: tuple[Group, ...] = (),
     ) -> None:
-        fields = with_inputs(m.field for m in catalog.metrics)
+        fields = default_fields(catalog, groups)
         self.session = Session()
         self.enumerator = Enumerator(
             self.session, hostname, hostname_label, [m.field for m in catalog.labels]
@@ -53,7 +60,13 @@ class Collector:
         self.gpm = GpmReader(self.session, fields)
         self.xid: XidWatcher | None = None
         self.p2p: P2PReader | None = None
-        self._start_watchers(fields)
+        self._start_watchers(with_inputs(m.field for m in catalog.metrics))
+        self.groups: tuple[Group, ...] = ()
+        self._group_readers: list[tuple[FieldReader, GpmReader]] = []
+        self._group_values: list[dict[str, dict[str, Value]]] = []  # latest, per group
+        self._own: dict[str, dict[str, Value]] = {}  # the last cycle's own readings
+        self._last: Snapshot | None = None  # the last cycle's snapshot
+        self._set_groups(groups)
         self.processes = ProcessReader(self.session)
         self.shared_keys = shared_keys or frozenset
         self.slow_s = slow_s
@@ -65,18 +78,32 @@ class Collector:
         self._down_reason = ""
         self._inventory = Inventory()
 
-    def set_catalog(self, catalog: Catalog) -> None:
+    def set_catalog(self, catalog: Catalog, groups: tuple[Group, ...] = ()) -> None:
         """Read the fields ``catalog`` lists from the next cycle on (metrics-file reload).
 
         Call it between cycles, never while the worker thread runs one. What is
         known about devices (identities, unsupported fields, GPM samples, XID
         counts) is kept; label fields that changed are read again.
         """
-        fields = with_inputs(m.field for m in catalog.metrics)
+        fields = default_fields(catalog, groups)
         self.reader.set_fields(fields)
         self.gpm.set_fields(fields)
         self.enumerator.set_label_fields([m.field for m in catalog.labels])
-        self._start_watchers(fields)
+        self._start_watchers(with_inputs(m.field for m in catalog.metrics))
+        self._set_groups(groups)
+
+    def _set_groups(self, groups: tuple[Group, ...]) -> None:
+        """Readers of their own for the fields read at another interval."""
+        for _, gpm in self._group_readers:
+            gpm.close()
+        self.groups = groups
+        self._group_readers = [
+            (FieldReader(self.session, g.fields), GpmReader(self.session, g.fields)) for g in groups
+        ]
+        self._group_values = [{} for _ in groups]
+
+    def _readers(self) -> list[tuple[FieldReader, GpmReader]]:
+        return [(self.reader, self.gpm), *self._group_readers]
 
     def _start_watchers(self, fields: list[Field]) -> None:
         """The XID event thread and the P2P reader, once some field needs them."""
@@ -93,7 +120,8 @@ class Collector:
         exit to release: shutting it down under a thread inside a call is not safe.
         """
         ended = self.xid.stop(xid_grace_s) if self.xid is not None else True
-        self.gpm.close()
+        for _, gpm in self._readers():
+            gpm.close()
         if ended:
             self.session.close()
         else:
@@ -114,8 +142,9 @@ class Collector:
         self._down_reason = ""
         self.enumerator.reset()
         gone = [d.key for d in self._inventory.gpus + self._inventory.instances]
-        self.reader.forget(gone)
-        self.gpm.forget(gone)
+        for reader, gpm in self._readers():
+            reader.forget(gone)
+            gpm.forget(gone)
         self._inventory = Inventory()
         log.info("NVML initialised: driver %s", self.session.driver_version)
 
@@ -147,10 +176,7 @@ class Collector:
         )
         t_gpm = time.perf_counter() - p0
         gpus_ok: list[Device] = []
-        by_parent: dict[str, list[Device]] = {}
-        for m in inv.instances:
-            assert m.parent is not None
-            by_parent.setdefault(m.parent.key, []).append(m)
+        members_of = self._members()
         try:
             for gpu in inv.gpus:
                 until = self._quarantine.get(gpu.key, 0.0)
@@ -162,7 +188,7 @@ class Collector:
                     )
                     continue
                 g0 = time.perf_counter()
-                members = [gpu] if gpu.key not in inv.mig_enabled else by_parent.get(gpu.key, [])
+                members = members_of.get(gpu.key, [])
                 try:
                     gpm_s = self._read_gpu(gpu, members, start, shared, values, procs)
                 except DeviceLost as e:
@@ -199,19 +225,75 @@ class Collector:
         live = {d.key for d in gpus_ok}
         entities = tuple(e for e in inv.entities() if (e.parent or e).key in live)
         self.session.summarize_unsupported()
-        return Snapshot(
+        self._own = values
+        self._last = snap = Snapshot(
             taken_at=start,
             duration=time.perf_counter() - t0,
             gpus=tuple(gpus_ok),
             entities=entities,
             down=tuple(down),
-            values=MappingProxyType({k: MappingProxyType(v) for k, v in values.items()}),
+            values=self._merged(),
             xid=xid_state,
             p2p=p2p,
             processes=MappingProxyType(procs),
             collectors=tuple(results),
             problems=tuple(problems),
         )
+        return snap
+
+    def collect_group(self, i: int) -> Snapshot | None:
+        """Read group ``i``'s fields on the last cycle's devices: that snapshot with these
+        values in place; None before the first cycle or while NVML is down."""
+        last = self._last
+        if last is None or not self.session.up:
+            return None
+        reader, gpm = self._group_readers[i]
+        now = self.clock()
+        members = self._members()
+        got: dict[str, dict[str, Value]] = {}
+        try:
+            for gpu in last.gpus:
+                if self._quarantine.get(gpu.key, 0.0) > now:
+                    continue
+                self.busy_with = f"GPU {gpu.index} ({gpu.uuid}), {self.groups[i].name}"
+                try:
+                    got[gpu.key] = reader.read(gpu, Scope.DEVICE)
+                    for dev in members.get(gpu.key, [gpu]):
+                        vals = got.setdefault(dev.key, {})
+                        vals.update(reader.read(dev, Scope.INSTANCE))
+                        vals.update(gpm.read(dev, now))
+                except DeviceLost:
+                    for dev in [gpu, *members.get(gpu.key, ())]:
+                        got.pop(dev.key, None)  # the next cycle finds it lost
+        except DriverGone:
+            return None  # the next cycle re-initialises
+        finally:
+            self.busy_with = ""
+        self._group_values[i] = got
+        self._last = snap = replace(last, values=self._merged())
+        return snap
+
+    def _members(self) -> dict[str, list[Device]]:
+        """GPU key -> the devices whose instance-level fields it carries."""
+        inv = self._inventory
+        out: dict[str, list[Device]] = {}
+        for m in inv.instances:
+            assert m.parent is not None
+            out.setdefault(m.parent.key, []).append(m)
+        return {
+            g.key: [g] if g.key not in inv.mig_enabled else out.get(g.key, []) for g in inv.gpus
+        }
+
+    def _merged(self) -> Mapping[str, Mapping[str, Value]]:
+        """The last cycle's own readings with each group's latest values in place."""
+        values = self._own
+        if any(self._group_values):
+            values = {k: dict(v) for k, v in values.items()}
+            for got in self._group_values:
+                for key, vals in got.items():
+                    if key in values:
+                        values[key].update(vals)
+        return MappingProxyType({k: MappingProxyType(v) for k, v in values.items()})
 
     def _read_gpu(
         self,
@@ -262,8 +344,9 @@ class Collector:
         old = {d.key for d in self._inventory.gpus + self._inventory.instances}
         gone = old - now
         if gone:
-            self.reader.forget(gone)
-            self.gpm.forget(gone)
+            for reader, gpm in self._readers():
+                reader.forget(gone)
+                gpm.forget(gone)
 
     def _failed(self, start: float, t0: float, why: str) -> Snapshot:
         if self.xid is not None:

@@ -40,10 +40,23 @@ def default_metrics_file(release: Release = DEFAULT_RELEASE) -> str:
 @dataclass(frozen=True, slots=True)
 class DeviceSelection:
     """``-d/--devices``: ``f`` each GPU (its instances when MIG is on), ``g`` GPUs only,
-    ``i`` GPU instances only; ``ids`` None means all of them."""
+    ``i`` GPU instances only, ``g+i`` both; ``ids`` None means all of them (for ``g+i``
+    the GPU IDs, ``instance_ids`` the GPU-instance IDs)."""
 
     mode: str = "f"
     ids: frozenset[int] | None = None
+    instance_ids: frozenset[int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Collection:
+    """A collection of the config file read at its own interval: the metrics-file fields
+    its glob ``patterns`` match (over the names as written and the DCGM names)."""
+
+    name: str
+    interval_s: float
+    patterns: tuple[str, ...]
+    where: str = ""  # the config file and key, for messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +104,20 @@ class Config:
     replace_blanks_in_model_name: bool = False  # modelName "NVIDIA H100" -> "NVIDIA-H100"
     log_format: str = "text"  # or "json": one JSON object per log line
     no_effect: tuple[str, ...] = ()  # dcgm-exporter flags given that need DCGM
-    web_systemd_socket: bool = False  # asked for; not supported, logged at startup
+    web_systemd_socket: bool = False  # --web-systemd-socket (its sockets: systemd_fds)
     http_write_timeout_s: float = DEFAULT_HTTP_WRITE_TIMEOUT_MS / 1000  # client not reading
     http_max_header_bytes: int = DEFAULT_HTTP_MAX_HEADER_BYTES  # one request's headers, total
     auth_excluded_paths: tuple[str, ...] = DEFAULT_AUTH_EXCLUDED  # served without basic auth
+    # dcgm-exporter 4.8.3 and later (exporter/flags48.py)
+    config_file: str | None = None  # --config-file (YAML), read once at start
+    metrics_text: str | None = None  # the config file's metrics.fields, as metrics-file text
+    collections: tuple[Collection, ...] = ()  # read at their own interval; the rest at interval_s
+    max_concurrent_scrapes: int = 16  # /metrics requests answered at once; past it 503
+    container_socket: str | None = None  # --container-labels: Docker-compatible API socket
+    hpc_job_dir: str | None = None  # --hpc-job-mapping-dir: <gpu>[.<gi>] files of job IDs
+    health_require_gpus: bool = False  # /health 503 while no GPU is collected
+    systemd_fds: tuple[int, ...] = ()  # --web-systemd-socket: the sockets systemd passed
+    notices: tuple[str, ...] = ()  # startup warnings about these settings, one line each
 
 
 def _int(value: str) -> int | None:
@@ -185,20 +208,32 @@ def _id_range(part: str) -> range:
 
 
 def parse_devices(value: str, source: str) -> DeviceSelection:
-    """``f``, ``g``, ``i``, ``g:0,1`` or ``i:0,2-4`` (dcgm-exporter's -d syntax)."""
-    mode, sep, ids_text = value.strip().partition(":")
-    hint = "use f, g, i, g:IDS or i:IDS with IDS like 0,2-4"
-    if mode not in ("f", "g", "i") or (sep and mode == "f"):
-        raise ConfigError(f"{source}: {value!r} is not a device selection; {hint}")
-    if not sep:
-        return DeviceSelection(mode)
+    """``f``, ``g[:IDS]``, ``i[:IDS]`` or ``g[:IDS]+i[:IDS]`` (dcgm-exporter's -d syntax),
+    IDS like ``0,2-4``."""
+    hint = "use f, g, i, g:IDS, i:IDS or g:IDS+i:IDS with IDS like 0,2-4"
+    parts = value.strip().split("+")
+    picked: dict[str, frozenset[int] | None] = {}
+    for part in parts:
+        mode, sep, ids_text = part.strip().partition(":")
+        if mode not in ("f", "g", "i") or (mode == "f" and (sep or len(parts) > 1)):
+            raise ConfigError(f"{source}: {value!r} is not a device selection; {hint}")
+        if mode in picked:
+            raise ConfigError(f"{source}: {value!r} names {mode} twice; {hint}")
+        picked[mode] = _ids(ids_text, value, source, hint) if sep else None
+    if len(picked) == 1:
+        mode, ids = next(iter(picked.items()))
+        return DeviceSelection(mode, ids)
+    return DeviceSelection("g+i", picked["g"], picked["i"])
+
+
+def _ids(text: str, value: str, source: str, hint: str) -> frozenset[int]:
     ids: set[int] = set()
     try:
-        for part in ids_text.split(","):
+        for part in text.split(","):
             ids.update(_id_range(part))
     except ValueError as e:
         raise ConfigError(
             f"{source}: {value!r}: {str(e)!r} is not an ID or range from 0 to "
-            f"{MAX_DEVICE_ID}; {hint}"
+            f"{MAX_DEVICE_ID} (a-b with a <= b); {hint}"
         ) from None
-    return DeviceSelection(mode, frozenset(ids))
+    return frozenset(ids)

@@ -88,15 +88,31 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def load_yaml(text: str, what: str) -> Any:
+class _UniqueKeyLoader(_NoAliasLoader):
+    """Also refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {str(key)[:60]!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def load_yaml(text: str, what: str, unique_keys: bool = False) -> Any:
     """Parse YAML ``text`` safely, refusing anchors/aliases; raises ConfigFileError.
 
-    The error says what is wrong and where (line, column), never quoting the text: a
-    config file may hold secrets, and this goes to the log.
+    ``unique_keys``: a key given twice in one mapping is an error too. The error says
+    what is wrong and where (line, column), never quoting the text: a config file may
+    hold secrets, and this goes to the log.
     """
     loader = None
     try:
-        loader = _NoAliasLoader(text)
+        loader = (_UniqueKeyLoader if unique_keys else _NoAliasLoader)(text)
         return loader.get_single_data()
     except yaml.YAMLError as e:
         raise ConfigFileError(f"{what}: not valid YAML: {yaml_problem(e)}") from None

@@ -10,6 +10,9 @@ an NVML call: the wait never shields the worker's future from cancellation.
 No value can end the loop: each step of a cycle (collect, attribution, publish) that
 raises is counted (``gpu_exporter_cycle_step_failures_total{step}``) and logged at most
 once a minute, and scrapes keep the last exposition; the next interval tries again.
+Collections with an interval of their own (--config-file) are read between
+cycles, in the same worker thread: each reads only its fields, and the
+exposition is rendered again with them (unchanged families are reused).
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
+from exporter.containers import Runtime, by_device
+from exporter.exposition import jobs
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
+from exporter.hpcjobs import JobFiles
 from exporter.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
+from exporter.watchgroups import resolve
 
 if TYPE_CHECKING:
     from exporter.kube.attribution import Attribution
@@ -65,7 +72,7 @@ class Poller:
         self.snapshot: Snapshot | None = None
         self.last_ok_monotonic: float | None = None
         self.stuck = ""  # why the current cycle has not finished, when it overran
-        self._pending: Future[Snapshot] | None = None
+        self._pending: Future[Snapshot | None] | None = None
         self._next_catalog: Catalog | None = None
         self._stuck_logged = float("-inf")
         self._step_logs = {step: RateLimited(STEP_LOG_S) for step in STEPS}
@@ -73,6 +80,11 @@ class Poller:
         self._started = 0.0  # monotonic start of the cycle in the worker
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
         self._trimmer = Trimmer()
+        self.collections = getattr(cfg, "collections", ())
+        job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
+        self.job_files = JobFiles(job_dir) if job_dir else None
+        self.runtime = Runtime(socket, interval_s) if socket else None
+        self._workloads: jobs.Workloads | None = None
         self.exposition: Exposition = self.builder.build()
 
     @property
@@ -89,19 +101,41 @@ class Poller:
         self._next_catalog = catalog
 
     async def run(self) -> None:
-        """Collect forever at the interval (cancel the task to stop)."""
+        """Collect forever at the interval, and each group at its own (cancel to stop)."""
         loop = asyncio.get_running_loop()
-        next_at = loop.time()
+        groups = self.collector.groups
+        due = [loop.time()] * (1 + len(groups))  # the cycle first, then each group once
         while True:
+            i = min(range(len(due)), key=due.__getitem__)
+            await asyncio.sleep(max(0.0, due[i] - loop.time()))
             try:
-                await self.cycle()
+                if i == 0:
+                    await self.cycle()
+                else:
+                    await self.read_group(i - 1)
             except Exception as e:  # the self-metrics of a skipped or failed cycle
                 self._step_failed("publish", e)
-            next_at += self.interval_s
+            every = self.interval_s if i == 0 else groups[i - 1].interval_s
+            due[i] += every
             now = loop.time()
-            if next_at < now:  # fell behind: skip missed ticks instead of bursting
-                next_at = now + self.interval_s
-            await asyncio.sleep(next_at - now)
+            if due[i] < now:  # fell behind: skip missed ticks instead of bursting
+                due[i] = now + every
+            if self.collector.groups is not groups:  # a reload changed them
+                groups = self.collector.groups
+                due = [due[0]] + [now] * len(groups)
+
+    async def read_group(self, i: int) -> None:
+        """Read group ``i`` and publish, unless the worker is still busy (then skipped)."""
+        if self.busy:
+            return
+        self._pending = self.executor.submit(self.collector.collect_group, i)
+        try:
+            snap = await self._wait(self._pending)
+        except Exception as e:  # timed out (the next cycle reports it) or a bug: keep going
+            log.debug("reading collection %s failed: %r", self.collector.groups[i].name, e)
+            return
+        if snap is not None:
+            await asyncio.wrap_future(self.executor.submit(self.publish, snap, True))
 
     async def cycle(self) -> None:
         """One collection: submit to the worker unless it is still busy, then publish."""
@@ -116,7 +150,7 @@ class Poller:
             return
         if self._next_catalog is not None:
             self.catalog, self._next_catalog = self._next_catalog, None
-            self.collector.set_catalog(self.catalog)
+            self.collector.set_catalog(self.catalog, resolve(self.catalog, self.collections))
             self.selfmetrics.skipped_rows = self.catalog.skipped
         self._started = time.monotonic()
         self._pending = self.executor.submit(self.collector.collect)
@@ -148,6 +182,11 @@ class Poller:
                 await self.attribution.refresh(snap)
             except Exception as e:  # publish with the pod map as it stands
                 self._step_failed("attribution", e)
+        if self.runtime is not None:
+            try:
+                await self.runtime.refresh()
+            except Exception as e:  # publish with the containers as they stand
+                self._step_failed("attribution", e)
         try:
             # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
             await asyncio.wrap_future(self.executor.submit(self.publish, snap))
@@ -171,7 +210,7 @@ class Poller:
         )  # fmt: skip
         log.debug("%s step failed", step, exc_info=e)
 
-    async def _wait(self, pending: Future[Snapshot]) -> Snapshot:
+    async def _wait(self, pending: Future[Any]) -> Any:
         """The cycle's snapshot; TimeoutError after the collect timeout.
 
         asyncio.wait neither cancels the worker's future on timeout nor holds
@@ -193,35 +232,58 @@ class Poller:
             self._stuck_logged = now
             log.warning("%s; serving the last snapshot", self.stuck)
 
-    def publish(self, snap: Snapshot) -> None:
+    def publish(self, snap: Snapshot, group: bool = False) -> None:
         """Build the exposition that scrapes serve from a snapshot. When the DCGM part
-        cannot be built, it raises before anything of the cycle is published."""
+        cannot be built, it raises before anything of the cycle is published.
+
+        ``group``: the snapshot of a cycle with a group's newer values; the cycle's
+        counts, windows and health stay as they are.
+        """
         sm = self.selfmetrics
         attr = self.attribution
+        workloads = self._workloads if group else self.workloads(snap)
         if attr is None:
-            series = self.builder.dcgm(snap, self.catalog)
+            series = self.builder.dcgm(snap, self.catalog, again=group, workloads=workloads)
         else:
             series = self.builder.dcgm(
-                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
+                snap,
+                self.catalog,
+                attr.holders(),
+                attr.splits(snap),
+                attr.sharers(),
+                group,
+                workloads,
             )
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
         sm.series = series
         self.snapshot = snap
-        self.cycles += 1
-        s = self.collector.session
         sm.snapshot = snap
-        sm.nvml_up = s.up
-        sm.driver_version, sm.nvml_version = s.driver_version, s.nvml_version
-        if snap.ok:
-            sm.collections["success"] += 1
-            sm.last_success = snap.taken_at
-        else:
-            sm.collections["failure"] += 1
+        if not group:
+            self._workloads = workloads
+            self.cycles += 1
+            s = self.collector.session
+            sm.nvml_up = s.up
+            sm.driver_version, sm.nvml_version = s.driver_version, s.nvml_version
+            if snap.ok:
+                sm.collections["success"] += 1
+                sm.last_success = snap.taken_at
+            else:
+                sm.collections["failure"] += 1
         self._publish_self()
+        if group:
+            return
         if snap.ok:  # only now: /ready must not say yes before /metrics has the series
             self.last_ok_monotonic = time.monotonic()
         self._trimmer.tick()  # the old expositions' memory, freed here, back to the OS
+
+    def workloads(self, snap: Snapshot) -> jobs.Workloads | None:
+        """This cycle's HPC jobs (job files read now) and containers holding devices."""
+        if self.job_files is None and self.runtime is None:
+            return None
+        job_map = self.job_files.read() if self.job_files is not None else {}
+        held = by_device(self.runtime.held, snap.gpus + snap.entities) if self.runtime else {}
+        return jobs.Workloads(job_map, held)
 
     def _publish_self(self) -> None:
         sm = self.selfmetrics

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
-from exporter.exposition import dcgm, pods, text, virtual
+from exporter.exposition import dcgm, jobs, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
@@ -131,6 +131,8 @@ class Builder:
         self.dcgm_parts: list[bytes] = []
         self._reuse = dcgm.Reuse()
         self._last_layout: Layout | None = None
+        self._last_derived = Derived()
+        self._last_xids: list = []
 
     def dcgm(
         self,
@@ -139,27 +141,41 @@ class Builder:
         holders: Mapping[str, Holder] | None = None,
         splits: Iterable[Split] = (),
         sharers: Mapping[str, Sequence[Holder]] | None = None,
+        again: bool = False,
+        workloads: jobs.Workloads | None = None,
     ) -> int:
         """Rebuild the DCGM part from ``snap``; returns its number of series.
+
+        ``again``: ``snap`` is the last cycle's with newer values of some fields (a
+        collection read at its own interval): the DCGM_EXP_* windows and health,
+        which count cycles, are not updated.
 
         ``holders`` maps a device key to the one container holding it (pod
         labels); ``splits`` are per-container shares of devices held by several.
         ``sharers`` (only with --kubernetes-virtual-gpus) maps a device held by
         several containers to them: its series are then repeated per holder.
+        ``workloads``: HPC jobs and containers whose copies the series get.
         """
         splits = list(splits)
-        xids = self.xids.update(snap, holders)
+        xids = self._last_xids if again else self.xids.update(snap, holders)
+        self._last_xids = xids
         devices = (*snap.gpus, *snap.down, *snap.entities)
         shape = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
         self.device_text.keep([*devices, *(s.device for s in xids)])
         self._warn_unmatched(snap)
         virt = None
+        copies: jobs.Copies | None = None
         if sharers:
             lay = self._layout(snap, devices, holders)
             virt = virtual.build(sharers, splits, devices, self.device_text, self.holder_text)
-            dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, virt.copies)
+            copies = virt.copies
         else:
             lay = self._layout_cached(snap, (shape, devices), holders)
+        if workloads:
+            copies = jobs.copies(devices, lay.series_labels, copies, *workloads)
+        if copies:
+            dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, copies)
+        else:
             dev_rows, inst_rows = lay.device_rows, lay.instance_rows
         fr = dcgm.Frame(
             snap,
@@ -168,11 +184,14 @@ class Builder:
             xids,
             self.holder_text,
             lay.targets,
-            self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
+            self._last_derived
+            if again
+            else self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
             dev_rows,
             inst_rows,
             virt,
             health_detail=self.health_detail,
+            copies=copies or None,
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
@@ -221,7 +240,7 @@ class Builder:
         if missing != self._unmatched:
             self._unmatched = missing
             if missing:
-                what = "GPU index" if self.selection.mode == "g" else "GPU_I_ID"
+                what = "GPU_I_ID" if self.selection.mode == "i" else "GPU index"
                 log.warning(
                     "-d/--devices: no device with %s %s on this node; their series are absent "
                     "(list the IDs nvidia-smi shows)",
@@ -242,7 +261,8 @@ class Builder:
         if "DCGM_EXP_XID_ERRORS_COUNT" not in names:
             xw = None
         ct = self.clock_totals.update(snap) if "DCGM_EXP_CLOCK_EVENTS_TOTAL" in names else None
-        return Derived(xw, cw, health, ct)
+        self._last_derived = Derived(xw, cw, health, ct)
+        return self._last_derived
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""

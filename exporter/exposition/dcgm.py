@@ -60,6 +60,9 @@ class Frame:
     virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
     health_detail: bool = False  # health_error_severity/_category (dcgm-exporter 4.8.3+)
     memo: dict[str, object] = field(default_factory=dict)  # what families share this cycle
+    # device key -> label text of each of its series, where it has several (shared
+    # devices under --kubernetes-virtual-gpus, HPC jobs, containers)
+    copies: Mapping[str, tuple[str, ...]] | None = None
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -67,8 +70,8 @@ class Frame:
 
     def each(self, dev: Device) -> tuple[str, ...]:
         """The label text of each of a device's series: one per holder of a shared device
-        under --kubernetes-virtual-gpus, else just :meth:`labels`."""
-        got = self.virtual.copies.get(dev.key) if self.virtual is not None else None
+        under --kubernetes-virtual-gpus, per HPC job or container, else just :meth:`labels`."""
+        got = self.copies.get(dev.key) if self.copies is not None else None
         return got or (self.series_labels[dev.key],)
 
 
@@ -286,7 +289,7 @@ _INPUTS: dict[str, Callable[[Frame], object]] = {
 def _inputs(spec: MetricSpec, fr: Frame) -> tuple[object, ...] | None:
     """All that a family function's text depends on, or None for a family written every
     cycle (the XID counts, which name gone devices; per-holder copies of shared devices)."""
-    if fr.virtual is not None:
+    if fr.virtual is not None or fr.copies is not None:
         return None
     got = _INPUTS.get(spec.field.name)
     if got is not None:

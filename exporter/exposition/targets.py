@@ -8,6 +8,7 @@
 - ``g[:IDS]``: physical GPUs only (by ``gpu`` index): device-level fields once
   per GPU, instance-level fields on whole GPUs; no MIG instance series.
 - ``i[:IDS]``: GPU instances only (by ``GPU_I_ID``, on every MIG GPU).
+- ``g[:IDS]+i[:IDS]``: both: the series of ``g`` and those of ``i``.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def targets(snap: Snapshot, selection: Any = None) -> Targets:
     """The devices that carry series under ``selection`` (a DeviceSelection; None: ``f``)."""
     mode = getattr(selection, "mode", "f")
     ids: frozenset[int] | None = getattr(selection, "ids", None)
+    if mode == "g+i":
+        g_part = targets(snap, _Pick("g", ids))
+        i_part = targets(snap, _Pick("i", selection.instance_ids))
+        return Targets(
+            g_part.device + i_part.device, g_part.instance + i_part.instance, g_part.down
+        )
     whole = {e.key for e in snap.entities if not e.is_mig}
     by_parent: dict[str, list[Device]] = {}
     for e in snap.entities:
@@ -86,12 +93,19 @@ def targets(snap: Snapshot, selection: Any = None) -> Targets:
     return Targets(tuple(device), snap.entities, snap.down)
 
 
+@dataclass(frozen=True, slots=True)
+class _Pick:
+    mode: str
+    ids: frozenset[int] | None
+
+
 def unmatched(snap: Snapshot, selection: Any = None) -> frozenset[int]:
-    """IDs that ``-d g:IDS`` / ``-d i:IDS`` names but no GPU or GPU instance of ``snap`` has."""
+    """IDs that ``-d g:IDS`` / ``-d i:IDS`` names but no GPU or GPU instance of ``snap`` has
+    (for ``g+i``, those of its ``g`` part)."""
     ids: frozenset[int] | None = getattr(selection, "ids", None)
     if not ids:
         return frozenset()
-    if getattr(selection, "mode", "f") == "g":
+    if getattr(selection, "mode", "f") in ("g", "g+i"):
         have = {g.index for g in snap.gpus + snap.down}
     else:
         have = {e.gi for e in snap.entities if e.is_mig and e.gi is not None}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import resource
 import socket
 from collections.abc import Callable
@@ -87,6 +88,25 @@ def bind(host: str | None, port: int) -> list[socket.socket]:
         raise
     if not socks:
         raise OSError(errno.EAFNOSUPPORT, "no address family of it is supported here")
+    return socks
+
+
+def inherited(fds: tuple[int, ...]) -> list[socket.socket]:
+    """The listening sockets systemd passed (--web-systemd-socket), made non-blocking.
+    Raises OSError when one is not a listening stream socket."""
+    socks = []
+    for fd in fds:
+        sock = socket.socket(fileno=fd)
+        socks.append(sock)
+        if sock.type != socket.SOCK_STREAM or not sock.getsockopt(
+            socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+        ):
+            for s in socks:
+                s.detach()
+            raise OSError(errno.EINVAL, f"file descriptor {fd} is not a listening stream socket")
+        sock.setblocking(False)
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)  # as sd_listen_fds(1): not for child processes
     return socks
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -18,6 +19,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """Prometheus text format 0.0.4."""
 
 
+def anyone(_request: web.Request) -> bool:
+    """Every client counts as authenticated (no basic auth configured)."""
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """What the routes serve. ``exposition``: (plain, gzipped) bytes of the latest cycle;
@@ -26,10 +32,34 @@ class Source:
     exposition: Callable[[], tuple[bytes, bytes]]
     readiness: Callable[[], tuple[bool, list[str]]]
     alive: Callable[[], bool]
-    authenticated: Callable[[web.Request], bool] = lambda _request: True
+    authenticated: Callable[[web.Request], bool] = anyone
+    max_scrapes: int = 0  # /metrics responses under way at once; past it 503 (0: no limit)
+    has_gpus: Callable[[], bool] | None = None  # --health-require-gpus: /health needs one
 
 
 SOURCE = web.AppKey("source", Source)
+STALL_S = 0.1
+"""A /metrics response counts against --max-concurrent-scrapes from its request until it
+is written, except once it is older than this while its client reads nothing (the
+connection paused): such clients are cut off by the write timeout and the connection
+limit, and must not lock scrapers out. A request refused for want of a slot gets 503 and
+its connection is closed, so a client pipelining requests cannot queue more."""
+
+
+@dataclass
+class _Scrapes:
+    # connection (its protocol: one response at a time) -> when its response was admitted
+    under_way: dict[object, float] = field(default_factory=dict)
+
+    def busy(self, now: float) -> int:
+        return sum(
+            1
+            for proto, t in self.under_way.items()
+            if now - t <= STALL_S or not getattr(proto, "writing_paused", False)
+        )
+
+
+SCRAPES = web.AppKey("scrapes", _Scrapes)
 
 LANDING = """<!doctype html>
 <html><head><title>GPU exporter</title></head><body>
@@ -103,17 +133,50 @@ _PLAIN_HEADERS = CIMultiDict({"Content-Type": CONTENT_TYPE})
 
 async def metrics(request: web.Request) -> web.Response:
     """The latest cycle's exposition, bytes built by the poller (gzipped when asked)."""
-    plain, gzipped = request.app[SOURCE].exposition()
+    source = request.app[SOURCE]
+    plain, gzipped = source.exposition()
     accept = request.headers.get("Accept-Encoding", "")
     if _gzip_for(accept) if len(accept) <= 256 else wants_gzip(accept):
-        return web.Response(body=gzipped, headers=_GZIP_HEADERS)  # headers are copied
-    return web.Response(body=plain, headers=_PLAIN_HEADERS)
+        resp = web.Response(body=gzipped, headers=_GZIP_HEADERS)  # headers are copied
+    else:
+        resp = web.Response(body=plain, headers=_PLAIN_HEADERS)
+    if source.max_scrapes:
+        return await _limited(request, resp, source.max_scrapes)
+    return resp
+
+
+async def _limited(request: web.Request, resp: web.Response, limit: int) -> web.Response:
+    """``resp``, written here while it holds one of ``limit`` slots; 503 when none is free."""
+    scrapes = request.app[SCRAPES]
+    now = time.monotonic()
+    if scrapes.busy(now) >= limit:
+        busy = web.Response(
+            status=503,
+            text=f"too many scrapes at once (--max-concurrent-scrapes {limit}); retry\n",
+            headers={"Retry-After": "1"},
+        )
+        busy.force_close()  # a client pipelining requests does not get to queue more
+        return busy
+    conn = request.protocol
+    scrapes.under_way[conn] = now
+    try:
+        await resp.prepare(request)
+        await resp.write_eof()
+    except ConnectionError:  # the client went away; nothing is left to answer
+        pass
+    finally:
+        scrapes.under_way.pop(conn, None)
+    return resp
 
 
 async def health(request: web.Request) -> web.Response:
-    """Liveness: the process serves and its collection loop is alive."""
-    if not request.app[SOURCE].alive():
+    """Liveness: the process serves and its collection loop is alive (and, with
+    --health-require-gpus, collects at least one GPU)."""
+    source = request.app[SOURCE]
+    if not source.alive():
         return web.Response(status=500, text="collection loop stopped\n")
+    if source.has_gpus is not None and not source.has_gpus():
+        return web.Response(status=503, text="no GPU is being collected\n")
     return web.Response(text="ok\n")
 
 
@@ -140,6 +203,7 @@ def routes(app: web.Application, source: Source | None = None) -> None:
     """Add the routes; ``source`` (when given) is what they serve."""
     if source is not None:
         app[SOURCE] = source
+    app[SCRAPES] = _Scrapes()
     app.router.add_get("/", landing)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/health", health)

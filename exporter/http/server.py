@@ -100,13 +100,19 @@ async def serve(app: web.Application, cfg: Config) -> None:
 def _listen(pool: ConnectionLimit, cfg: Config) -> listener.Listener:
     listener.raise_fd_limit(cfg.max_connections)
     try:
-        socks = listener.bind(cfg.host or None, cfg.port)
+        if cfg.systemd_fds:
+            socks = listener.inherited(cfg.systemd_fds)
+        else:
+            socks = listener.bind(cfg.host or None, cfg.port)
     except socket.gaierror as e:
         raise BindError(
             f"-a/--address {_address(cfg)}: cannot resolve host {cfg.host!r} ({e.strerror}); "
             "give an IP address or a resolvable name, or leave the host out for every interface"
         ) from None
     except OSError as e:
+        if cfg.systemd_fds:
+            raise BindError(f"--web-systemd-socket: {e.strerror or e}; check the .socket unit "
+                            "(ListenStream=)") from None  # fmt: skip
         raise BindError(
             f"-a/--address {_address(cfg)}: cannot listen there ({e.strerror or e}); "
             "choose another address or port, or stop what is using it"
@@ -117,5 +123,7 @@ def _listen(pool: ConnectionLimit, cfg: Config) -> listener.Listener:
 
 
 def _address(cfg: Config) -> str:
+    if cfg.systemd_fds:
+        return f"the socket(s) systemd passed (fd {', '.join(map(str, cfg.systemd_fds))})"
     host = f"[{cfg.host}]" if ":" in cfg.host else (cfg.host or "*")
     return f"{host}:{cfg.port}"

@@ -14,7 +14,10 @@ same from what NVML reports:
   row remap pending or pages pending retirement (MEM warn);
 - thermal and power violation time that grew since the previous cycle (THERMAL
   or POWER warn);
-- a GPU that stopped answering NVML (DRIVER fail, DCGM_FR_NVML_API).
+- a GPU that stopped answering NVML (DRIVER fail, DCGM_FR_NVML_API);
+- XIDs that take the whole GPU down and belong to no single watch, which DCGM
+  reports under its ALL watch: 79 fallen off the bus (DCGM_FR_FALLEN_OFF_BUS) and
+  95 uncontained memory error (DCGM_FR_UNCONTAINED_ERROR), both fail.
 
 One incident per watched system: the worst one. This module produces data; the
 exposition renders it.
@@ -32,7 +35,11 @@ from exporter.snapshot import Snapshot
 
 PASS, WARN, FAIL = 0, 10, 20
 OK_CODE = "DCGM_FR_OK"
-WATCHES = ("PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER")
+WATCHES = (
+    "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL",
+)  # fmt: skip
+# GPU-wide XIDs: DCGM files them under its ALL watch, not under a subsystem
+_GPU_WIDE: dict[int, str] = {79: "DCGM_FR_FALLEN_OFF_BUS", 95: "DCGM_FR_UNCONTAINED_ERROR"}
 
 # XID source -> (watch, result, error code) of an XID of that source
 _BY_SOURCE: dict[str, tuple[str, int, str]] = {
@@ -51,7 +58,6 @@ _FAILS: dict[int, str] = {
     54: "DCGM_FR_XID_ERROR",  # auxiliary power not connected
     62: "DCGM_FR_XID_ERROR",  # micro-controller halt
     64: "DCGM_FR_ROW_REMAP_FAILURE",
-    95: "DCGM_FR_UNCONTAINED_ERROR",
     119: "DCGM_FR_XID_ERROR",  # GSP RPC timeout
     120: "DCGM_FR_XID_ERROR",  # GSP error
     140: "DCGM_FR_XID_ERROR",  # unrecovered ECC error
@@ -88,6 +94,8 @@ class HealthInputs:
 
 def xid_incident(xid: int) -> tuple[str, int, str] | None:
     """(watch, result, error code) an XID raises, or None when it leaves health alone."""
+    if xid in _GPU_WIDE:
+        return "ALL", FAIL, _GPU_WIDE[xid]
     base = _BY_SOURCE.get(xidcatalog.source(xid))
     if base is None:
         return None

@@ -225,7 +225,7 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         assert all("DCGM_FI_DRIVER_VERSION" in s.labels for s in find(text, "DCGM_FI_DEV_GPU_TEMP"))
     finally:
         log = exp.stop()
-    assert "1 row of" in log and "not served" in log  # one warning; names at debug level
+    assert "1 row of" in log and "not served" in log and "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in log
     # NVIDIA's file types three throughputs `counter`: served so, and said once
     for name in RATES_TYPED_COUNTER:
         assert f"# TYPE {name} counter" in text
@@ -239,6 +239,7 @@ def test_dcgm_default_counters_file_runs(tmp_path: Path):
         ("g", {(str(i), None) for i in range(8)}),
         ("g:0,7", {("0", None), ("7", None)}),
         ("i:7", {("6", "7"), ("7", "7")}),
+        ("g:0,6+i:7", {("0", None), ("6", None), ("6", "7"), ("7", "7")}),
     ],
 )
 def test_devices_flag_picks_the_series_devices(flag: str, want: set):

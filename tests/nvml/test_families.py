@@ -103,7 +103,7 @@ def test_health_fails_on_a_double_bit_ecc_error(node):
     driver, _col, cycle = node
     text = cycle()
     gpu0 = find(text, HEALTH, gpu="0")
-    assert len(gpu0) == 10 and {s.value for s in gpu0} == {0}
+    assert len(gpu0) == 11 and {s.value for s in gpu0} == {0}
     assert {s.labels["health_error_code"] for s in gpu0} == {"DCGM_FR_OK"}
     driver.inject(Fault("ecc_dbe", gpu=0, count=1))
     text = cycle()

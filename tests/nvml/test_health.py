@@ -31,6 +31,8 @@ def as_dict(series):
 def test_healthy_gpu_has_one_passing_series_per_watch():
     series = gpu_health(HealthInputs(dbe_volatile=0, row_remap_pending=0))
     assert [s.watch for s in series] == list(WATCHES)
+    # dcgm-exporter 4.8.2 serves its ten subsystem watches and ALL (GPU-wide incidents)
+    assert WATCHES[-1] == "ALL" and len(WATCHES) == 11
     assert {(s.value, s.error_code) for s in series} == {(PASS, "DCGM_FR_OK")}
 
 
@@ -49,9 +51,9 @@ def test_healthy_gpu_has_one_passing_series_per_watch():
         ),
         (HealthInputs(power_violation_ns=1.0), "POWER", WARN, "DCGM_FR_CLOCK_THROTTLE_POWER"),
         (HealthInputs(lost=True), "DRIVER", FAIL, "DCGM_FR_NVML_API"),
-        (HealthInputs({79: 1}), "PCIE", FAIL, "DCGM_FR_XID_ERROR"),
+        (HealthInputs({79: 1}), "ALL", FAIL, "DCGM_FR_FALLEN_OFF_BUS"),
         (HealthInputs({74: 4}), "NVLINK", FAIL, "DCGM_FR_NVLINK_ERROR_CRITICAL"),
-        (HealthInputs({95: 1}), "MEM", FAIL, "DCGM_FR_UNCONTAINED_ERROR"),
+        (HealthInputs({95: 1}), "ALL", FAIL, "DCGM_FR_UNCONTAINED_ERROR"),
         (HealthInputs({94: 1}), "MEM", WARN, "DCGM_FR_XID_ERROR"),
         (HealthInputs({119: 1}), "DRIVER", FAIL, "DCGM_FR_XID_ERROR"),
         (HealthInputs({61: 1}), "MCU", WARN, "DCGM_FR_XID_ERROR"),

@@ -42,9 +42,10 @@ def test_compatibility_flag_table_matches_the_parser():
     parser = build_parser()
     options = {o: a for a in parser._actions for o in a.option_strings}
     for f in DCGM_FLAGS:
-        long, short, env, _, verdict = table[f"--{f.long}"]
+        long, short, env, since, _, verdict = table[f"--{f.long}"]
         assert short == (f"`-{f.short}`" if f.short else ""), long
         assert env == f"`{f.env}`", long
+        assert since.startswith(f.since.replace("PR 744", "after 4.8.4")), long
         assert options[f"--{f.long}"] is options.get(f"-{f.short}", options[f"--{f.long}"])
         assert verdict.startswith(("same", "different: ", "not applicable: ")), long
         assert verdict.startswith("not applicable") == f.dcgm_only, long
