@@ -39,7 +39,7 @@ from exporter.nvml.session import CallFailed, Session, Unavailable
 _UUID = ctypes.c_ubyte * 16
 
 
-class _Legacy(ctypes.Structure):  # nvmlGpuFabricInfo_t (no version, no health)
+class FabricInfoLegacy(ctypes.Structure):  # nvmlGpuFabricInfo_t (no version, no health)
     _fields_ = [
         ("clusterUuid", _UUID),
         ("status", ctypes.c_uint),
@@ -48,7 +48,7 @@ class _Legacy(ctypes.Structure):  # nvmlGpuFabricInfo_t (no version, no health)
     ]
 
 
-class _V3(ctypes.Structure):  # nvmlGpuFabricInfo_v3_t; v2 is the same without healthSummary
+class FabricInfo(ctypes.Structure):  # nvmlGpuFabricInfo_v3_t; v2 is the same without healthSummary
     _fields_ = [
         ("version", ctypes.c_uint),
         ("clusterUuid", _UUID),
@@ -60,8 +60,8 @@ class _V3(ctypes.Structure):  # nvmlGpuFabricInfo_v3_t; v2 is the same without h
     ]
 
 
-_V2_SIZE = _V3.healthSummary.offset  # sizeof(nvmlGpuFabricInfo_v2_t): 36
-VERSIONS = {3: ctypes.sizeof(_V3) | 3 << 24, 2: _V2_SIZE | 2 << 24}  # NVML_STRUCT_VERSION
+_V2_SIZE = FabricInfo.healthSummary.offset  # sizeof(nvmlGpuFabricInfo_v2_t): 36
+VERSIONS = {3: ctypes.sizeof(FabricInfo) | 3 << 24, 2: _V2_SIZE | 2 << 24}  # NVML_STRUCT_VERSION
 _MISMATCH = frozenset({N.NVML_ERROR_ARGUMENT_VERSION_MISMATCH})
 COMPLETED = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
 
@@ -114,7 +114,7 @@ class FabricReader:
     def __init__(self, session: Session, fields: Iterable[Field] = ()) -> None:
         self.session = session
         self._version: dict[str, int] = {}  # GPU key -> 3, 2, 1 (unversioned), 0 (no fabric)
-        self._v3, self._legacy = _V3(), _Legacy()
+        self._v3, self._legacy = FabricInfo(), FabricInfoLegacy()
         self.set_fields(fields)
 
     def set_fields(self, fields: Iterable[Field]) -> None:
