@@ -23,10 +23,14 @@ import pynvml as N
 
 from benchmarks.stats import fit
 
-# Read-only calls that may be replayed with their recorded arguments. GPM sample calls
-# are left out (a sample freed since would be used after free); waits block.
+# Read-only calls that may be replayed with their recorded arguments. Left out: GPM
+# sample calls (a sample freed since would be used after free), waits (they block), and
+# calls that fill an array whose size travels in an in/out count (a count NVML raised in
+# an INSUFFICIENT_SIZE answer would let the next call write past the recorded array).
 _REPLAY_PREFIXES = ("nvmlDeviceGet", "nvmlSystemGet", "nvmlDeviceIsMigDeviceHandle")
 _NEVER = ("nvmlEventSetWait", "nvmlErrorString")
+_ARRAYS = ("Processes", "ProcessUtilization", "RetiredPages", "Samples", "Sessions", "Pids",
+           "Supported", "Nearest", "Active")  # fmt: skip
 _UNWRAPPED = frozenset({"nvmlErrorString"})  # pynvml sets its restype
 _SAMPLES_KEPT = 16  # argument tuples kept per function for replays
 
@@ -121,6 +125,8 @@ class Recorder:
         end = time.monotonic() + budget_s
         for name in sorted(self.samples):
             if not name.startswith(_REPLAY_PREFIXES) or name.startswith(_NEVER):
+                continue
+            if any(part in name for part in _ARRAYS):
                 continue
             fn = self._wrapped[name]
             kept = list(self.samples[name])

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 import time
@@ -125,7 +126,8 @@ def run(node: Node, args: Any, res: Result, save: Save) -> None:
         runs.append(process.measure(node.fleet, args.process_seconds, work / "exporter.log"))
         return
     node.close()  # the exporter process opens NVML itself
-    runs.append(process.measure(None, args.process_seconds, work / "real.log"))
+    library = os.path.dirname(node.where) if node.where.startswith("/") else None
+    runs.append(process.measure(None, args.process_seconds, work / "real.log", library))
     mirror = process.mirror_fleet(gpus, res["about"].get("driver", ""), work / "mirror.yaml")
     runs.append(process.measure(mirror, args.process_seconds, work / "sim.log"))
 

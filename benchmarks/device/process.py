@@ -45,12 +45,16 @@ def _collections(proc: Process) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def measure(simulate: Path | None, seconds: float, log: Path) -> dict[str, Any]:
-    """CPU ms per cycle and RSS MiB of one exporter process collecting every second."""
+def measure(
+    simulate: Path | None, seconds: float, log: Path, library_dir: str | None = None
+) -> dict[str, Any]:
+    """CPU ms per cycle and RSS MiB of one exporter process collecting every second
+    (``library_dir``: where libnvidia-ml.so.1 is, when the loader does not find it)."""
     port = free_port()
     sim = ["--simulate", str(simulate)] if simulate else []
     argv = [sys.executable, "-m", "exporter", *sim, "-a", f"127.0.0.1:{port}", "-c", "1000"]
-    with Process([*argv, "--log-level", "warning"], port, log=log) as proc:
+    env = {"LD_LIBRARY_PATH": library_dir} if library_dir else None
+    with Process([*argv, "--log-level", "warning"], port, env=env, log=log) as proc:
         proc.wait_http("/ready", timeout=60)
         time.sleep(3.0)  # warm-up: first cycles, imports, GPM and rate priming
         c0, n0, t0 = proc.cpu(), _collections(proc), time.monotonic()
