@@ -42,6 +42,7 @@ class Node:
     where: str  # the driver library or fleet file, for the report
     driver: SimDriver | None = None
     fleet: Path | None = None
+    why: str = ""  # why the simulator runs when no --simulate asked for it
 
     def close(self) -> None:
         if self.simulated:
@@ -51,15 +52,19 @@ class Node:
                 N.nvmlShutdown()
 
 
-def _load_real() -> str | None:
-    """Initialise NVML on the real library; its path, or None when there is no driver."""
+class NoDriver(Exception):
+    """No usable NVIDIA driver on this machine; the message says what was found."""
+
+
+def _load_real() -> str:
+    """Initialise NVML on the real library; its path. NoDriver when there is none."""
     try:
         N.nvmlInit()
         return "libnvidia-ml.so.1 (dynamic loader)"
     except N.NVMLError_LibraryNotFound:
         pass
     except N.NVMLError as e:
-        raise Unusable(f"the NVIDIA driver is installed but NVML does not start: {e}") from None
+        raise NoDriver(f"libnvidia-ml.so.1 is here but NVML does not start: {e}") from None
     for d in LIBRARY_DIRS:
         path = os.path.join(d, "libnvidia-ml.so.1")
         if not os.path.exists(path):
@@ -69,18 +74,24 @@ def _load_real() -> str | None:
         try:
             N.nvmlInit()
         except N.NVMLError as e:
-            raise Unusable(f"{path} is there but NVML does not start: {e}") from None
+            raise NoDriver(f"{path} is here but NVML does not start: {e}") from None
         return path
-    with N.libLoadLock:
-        N.nvmlLib = None
-    return None
+    raise NoDriver("no NVIDIA driver here (libnvidia-ml.so.1 not found)")
 
 
 def open_node(simulate: Path | None, force_real: bool, timeout: float) -> Node:
     """The real node if it has a driver (or ``force_real``), else the simulated ``simulate``."""
+    why = ""
     if simulate is None:
-        where = _load_real()
-        if where is not None:
+        try:
+            where = _load_real()
+        except NoDriver as e:
+            if force_real:
+                raise Unusable(f"{e}; drop --real to run on the simulator") from None
+            with N.libLoadLock:
+                N.nvmlLib = None
+            why, simulate = str(e), sim.DEFAULT_FLEET
+        else:
             binary = nvsmi.find()
             if binary is None:
                 raise Unusable(
@@ -89,13 +100,10 @@ def open_node(simulate: Path | None, force_real: bool, timeout: float) -> Node:
                     + ": put it on PATH"
                 )
             return Node(False, nvsmi.Smi(nvsmi.runner(binary), timeout), where)
-        if force_real:
-            raise Unusable("no NVIDIA driver here (libnvidia-ml.so.1 not found); drop --real")
-        simulate = sim.DEFAULT_FLEET
     driver = sim.install(simulate)
     N.nvmlInit()
     smi = nvsmi.Smi(simsmi.standin(driver), timeout)
-    return Node(True, smi, str(simulate), driver, simulate)
+    return Node(True, smi, str(simulate), driver, simulate, why)
 
 
 def describe(node: Node) -> dict[str, Any]:
@@ -112,6 +120,7 @@ def describe(node: Node) -> dict[str, Any]:
         if node.simulated
         else "real GPUs",
         "driver library" if not node.simulated else "fleet": node.where,
+        **({"why the simulator": node.why} if node.why else {}),
         "driver": text(N.nvmlSystemGetDriverVersion()),
         "NVML": text(N.nvmlSystemGetNVMLVersion()),
         "CUDA driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
