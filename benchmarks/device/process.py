@@ -1,8 +1,8 @@
 """The exporter as users run it, collecting every second: CPU per cycle and memory.
 
 ``python -m exporter -c 1000`` with the shipped metrics file runs for a warm-up and a
-measured window; CPU per cycle is the process's CPU over the window (all threads, from
-/proc) divided by the cycles completed in it (``gpu_exporter_collections_total``), RSS
+measured window; CPU per cycle is the CPU of the process's threads over the window (from
+/proc, in ns) divided by the cycles completed in it (``gpu_exporter_collections_total``), RSS
 is VmRSS at the end and VmHWM its peak. On a GPU node it runs once on the real driver
 and once on the simulator with a node like this one (same models where the simulator
 knows them, an H100 otherwise), so the two columns compare the same work.
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.procs import Process, free_port, proc_status
+from benchmarks.procs import Process, free_port, proc_status, thread_cpu
 from exporter.nvml.devices import Device
 from exporter.sim.models import catalog
 
@@ -45,6 +45,12 @@ def _collections(proc: Process) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds of the process's threads, in ns where the kernel keeps them (a process's
+    own figure moves in 10 ms ticks, as much as a cycle costs)."""
+    return sum(cpu for _, cpu in thread_cpu(pid).values())
+
+
 def measure(
     simulate: Path | None, seconds: float, log: Path, library_dir: str | None = None
 ) -> dict[str, Any]:
@@ -57,9 +63,9 @@ def measure(
     with Process([*argv, "--log-level", "warning"], port, env=env, log=log) as proc:
         proc.wait_http("/ready", timeout=60)
         time.sleep(3.0)  # warm-up: first cycles, imports, GPM and rate priming
-        c0, n0, t0 = proc.cpu(), _collections(proc), time.monotonic()
+        c0, n0, t0 = _cpu(proc.pid), _collections(proc), time.monotonic()
         time.sleep(seconds)
-        c1, n1, t1 = proc.cpu(), _collections(proc), time.monotonic()
+        c1, n1, t1 = _cpu(proc.pid), _collections(proc), time.monotonic()
         rss = proc.rss_mib()
         peak = proc_status(proc.pid, "VmHWM") / 1024
     cycles = max(n1 - n0, 1.0)

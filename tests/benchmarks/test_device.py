@@ -36,7 +36,7 @@ def device(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 @pytest.fixture(scope="module")
 def green(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path_factory.mktemp("device")
-    p = device("--simulate", GB200, "--out", str(out), *QUICK, "--process-seconds", "2")
+    p = device("--simulate", GB200, "--out", str(out), *QUICK, "--process-seconds", "3")
     return p, {
         "json": json.loads((out / "report.json").read_text()),
         "md": (out / "report.md").read_text(),
