@@ -33,6 +33,12 @@ def _per_gpu(expr: str) -> str:
     return f"max by ({BY_GPU_UUID}) ({expr})"
 
 
+def _mask_bit(shift: int, width: int, test: str) -> str:
+    """1 where a condition of the fabric health mask holds (nvml.h's bit fields), else 0."""
+    field = f"floor(DCGM_FI_DEV_FABRIC_HEALTH_MASK{{{G}}} / {2**shift}) % {width}"
+    return _per_gpu(f"{field} {test.replace(' ', ' bool ', 1)}")
+
+
 def build() -> dict[str, Any]:
     items = [
         Row("Alerts and availability"),
@@ -289,6 +295,57 @@ def build() -> dict[str, Any]:
             ],
             "none",
             columns=[column("A", "Generation", "none"), column("B", "Width", "none")],
+        ),
+        Row("NVLink fabric"),
+        state_timeline(
+            "Fabric registration",
+            "Each GPU's registration with the NVLink fabric of NVSwitch and NVL systems "
+            "(DCGM_FI_DEV_FABRIC_MANAGER_STATUS). Needs the fabric rows of the metrics file; "
+            "GPUs without a fabric have no row.",
+            [target(_per_gpu(f"DCGM_FI_DEV_FABRIC_MANAGER_STATUS{{{G}}}"), GPU_LEGEND)],
+            {
+                "0": ("no fabric", "text"),
+                "1": ("not started", "red"),
+                "2": ("in progress", "orange"),
+                "3": ("registered", "green"),
+                "4": ("failed", "red"),
+                "5": ("unrecognized", "red"),
+                "6": ("NVML too old", "text"),
+            },
+        ),
+        state_timeline(
+            "Fabric health",
+            "NVML's summary of each GPU's fabric health (DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY, "
+            "drivers from R580).",
+            [target(_per_gpu(f"DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY{{{G}}}"), GPU_LEGEND)],
+            {
+                "0": ("not reported", "text"),
+                "1": ("healthy", "green"),
+                "2": ("unhealthy", "red"),
+                "3": ("limited capacity", "orange"),
+            },
+        ),
+        table(
+            "Fabric by GPU",
+            "Per GPU: the fabric clique it belongs to and the conditions set in NVML's fabric "
+            "health mask (DCGM_FI_DEV_FABRIC_HEALTH_MASK) that DCGM's health watch fails on.",
+            [
+                target(_per_gpu(f"DCGM_FI_DEV_FABRIC_CLIQUE_ID{{{G}}}")),
+                target(_mask_bit(0, 4, "== 1")),
+                target(_mask_bit(2, 4, "== 1")),
+                target(_mask_bit(4, 4, "== 1")),
+                target(_mask_bit(6, 4, "== 1")),
+                target(_mask_bit(8, 16, "> 1")),
+            ],
+            "none",
+            columns=[
+                column("A", "Clique", "none"),
+                column("B", "Degraded bandwidth", "bool_yes_no"),
+                column("C", "Route recovery", "bool_yes_no"),
+                column("D", "Route unhealthy", "bool_yes_no"),
+                column("E", "Access timeout recovery", "bool_yes_no"),
+                column("F", "Wrong configuration", "bool_yes_no"),
+            ],
         ),
         Row("Exporter"),
         timeseries(

@@ -22,6 +22,7 @@ from types import MappingProxyType
 from exporter.catalog import Catalog
 from exporter.nvml.devices import Device, Enumerator, Inventory
 from exporter.nvml.events import XidState, XidWatcher
+from exporter.nvml.fabric import FabricReader
 from exporter.nvml.fields import Field, Scope, Source, with_inputs
 from exporter.nvml.gpm import GpmReader
 from exporter.nvml.p2p import P2PReader, P2PSeries
@@ -58,6 +59,7 @@ class Collector:
         )
         self.reader = FieldReader(self.session, fields)
         self.gpm = GpmReader(self.session, fields)
+        self.fabric = FabricReader(self.session, fields)
         self.xid: XidWatcher | None = None
         self.p2p: P2PReader | None = None
         self._start_watchers(with_inputs(m.field for m in catalog.metrics))
@@ -88,6 +90,7 @@ class Collector:
         fields = default_fields(catalog, groups)
         self.reader.set_fields(fields)
         self.gpm.set_fields(fields)
+        self.fabric.set_fields(fields)
         self.enumerator.set_label_fields([m.field for m in catalog.labels])
         self._start_watchers(with_inputs(m.field for m in catalog.metrics))
         self._set_groups(groups)
@@ -145,6 +148,7 @@ class Collector:
         for reader, gpm in self._readers():
             reader.forget(gone)
             gpm.forget(gone)
+        self.fabric.forget(gone)
         self._inventory = Inventory()
         log.info("NVML initialised: driver %s", self.session.driver_version)
 
@@ -307,6 +311,7 @@ class Collector:
         """Read one GPU and its instances into ``values``/``procs``; returns GPM seconds."""
         self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
         values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
+        values[gpu.key].update(self.fabric.read(gpu))
         gpm_s = 0.0
         for dev in members:
             vals = values.setdefault(dev.key, {})
@@ -347,6 +352,7 @@ class Collector:
             for reader, gpm in self._readers():
                 reader.forget(gone)
                 gpm.forget(gone)
+            self.fabric.forget(gone)
 
     def _failed(self, start: float, t0: float, why: str) -> Snapshot:
         if self.xid is not None:

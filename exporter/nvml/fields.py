@@ -36,6 +36,7 @@ class Source(enum.Enum):
     LABEL = "label"  # identity string read once at enumeration
     DERIVED = "derived"  # computed by the exporter from other fields (DCGM_EXP_* families)
     P2P = "p2p"  # nvmlDeviceGetP2PStatus per GPU pair, read once per set of GPUs
+    FABRIC = "fabric"  # nvmlDeviceGetGpuFabricInfoV per GPU (exporter/nvml/fabric.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,17 @@ _gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mi
 _gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs)
 _gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs)
 
+# --- NVLink fabric registration and health (NVSwitch and NVL systems; fabric.py) ---
+for _n, _u in (
+    ("FABRIC_MANAGER_STATUS", "status"),  # DCGM's dcgmFabricManagerStatus_t
+    ("FABRIC_MANAGER_ERROR", "DCGM return code"),
+    ("FABRIC_MANAGER_ERROR_CODE", "DCGM return code"),  # the older name of field 171
+    ("FABRIC_CLIQUE_ID", "id"),
+    ("FABRIC_HEALTH_MASK", "bit fields"),
+    ("FABRIC_HEALTH_SUMMARY", "summary"),
+):
+    _add(Field(f"DCGM_FI_DEV_{_n}", D, Source.FABRIC, _u))
+
 # --- XIDs, from the event thread ---
 # Last XID seen on the GPU (sticky, like dcgm-exporter), with err_code and err_msg labels.
 _add(Field("DCGM_FI_DEV_XID_ERRORS", D, Source.XID, "xid"))
@@ -367,4 +379,7 @@ UNSERVED: dict[str, str] = {
     "not available through NVML",
     "DCGM_FI_DEV_DIAG_MEMORY_RESULT": "diagnostics results come from DCGM's diag, "
     "not available through NVML",
+    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID": "a string, usable only as a label, which this exporter "
+    "reads once per GPU while the fabric sets it at registration; the fabric manager status and "
+    "clique id are served",
 }

@@ -36,6 +36,9 @@ _DRIVER = {
 }
 
 
+_NAMED = 40  # fields the startup summary names; the rest are counted
+
+
 class NvmlProblem(Exception):
     """An NVML call failed: ``function`` is the NVML function, ``code`` NVML's error code."""
 
@@ -185,19 +188,22 @@ class Session:
         log.debug("%s not available on %s: %s; omitted", name, where, why)
 
     def summarize_unsupported(self) -> None:
-        """Log, once (after the first cycle), how many fields some device cannot serve."""
+        """Log, once (after the first cycle), in one line, the fields some device cannot serve."""
         with self._lock:
             if self._summarized:
                 return
             self._summarized = True
             names = sorted(self.unsupported)
         if names:
+            shown = ", ".join(n.removeprefix("DCGM_FI_") for n in names[:_NAMED])
+            more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
             log.info(
-                "%d enabled field(s) not available on at least one GPU; omitted there "
-                "(the list is logged at debug level)",
+                "%d enabled field(s) not available on at least one GPU; omitted there: "
+                "%s%s (--log-level debug names the GPU and NVML's reason)",
                 len(names),
+                shown,
+                more,
             )
-            log.debug("fields not available: %s", ", ".join(names))
 
     def error_counts(self) -> tuple[tuple[str, str, int], ...]:
         with self._lock:

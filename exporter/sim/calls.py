@@ -66,7 +66,16 @@ def implemented_names() -> frozenset[str]:
 
 def load_all() -> dict[str, Call]:
     # Importing the implementing modules registers their functions.
-    from exporter.sim import events, fields, gpm, identity, processes, session, telemetry  # noqa: F401
+    from exporter.sim import (  # noqa: F401
+        events,
+        fabric,
+        fields,
+        gpm,
+        identity,
+        processes,
+        session,
+        telemetry,
+    )
 
     return FUNCTIONS
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import pynvml
 
+from exporter.sim.fabricspec import FabricSpec
 from exporter.sim.models import COMPUTE_SLICES, GpuModel
 from exporter.sim.specs import GpuSpec, LoadSpec, MigSpec, ProcessSpec, memory_in_use_mib, mig_uuid
 
@@ -180,6 +181,7 @@ class GpuState(Device):
     unsupported_functions: set[str] = field(default_factory=set)
     unsupported_fields: set[int] = field(default_factory=set)
     overheats: list[tuple[float, float, float]] = field(default_factory=list)  # start, end, C
+    fabric: FabricSpec | None = None  # what nvmlDeviceGetGpuFabricInfo reports; None: no fabric
 
     @property
     def gpu(self) -> GpuState:
@@ -197,6 +199,7 @@ class GpuState(Device):
             spec=spec,
             model=model,
             index=spec.index,
+            fabric=spec.fabric,
         )
         gpu._apply_layout(spec.mig)
         if spec.mig is not None and spec.load.util is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import pynvml
 
+from exporter.sim import fabricspec
 from exporter.sim.schema import Reader, join
 
 if TYPE_CHECKING:
@@ -262,7 +263,41 @@ class Overheat(FaultKind):
         gpu.overheats.append((_at(f), _end(f), _need(f.temp_c, "temp_c")))
 
 
+class Fabric(FaultKind):
+    """The NVLink fabric of a GPU (all fabric GPUs when `gpu` is left out) changes."""
+
+    name = "fabric"
+    keys = ("fabric",)
+    gpu = "optional"
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        if "fabric" not in ctx.raw:
+            ctx.fail(None, "fabric faults need 'fabric' (state, status, health, ... to change)")
+        if ctx.model is not None and not ctx.model.features.fabric:
+            ctx.fail("gpu", f"{ctx.model.name} does not register with an NVLink fabric")
+        return {
+            "fabric": fabricspec.parse_change(
+                ctx.reader, ctx.raw["fabric"], join(ctx.path, "fabric")
+            )
+        }
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        for g in [gpu] if gpu is not None else driver.gpus:
+            if g.fabric is not None:
+                g.fabric = f.fabric.over(g.fabric)
+
+
 KINDS: dict[str, FaultKind] = {
     k.name: k()
-    for k in (Lost, NotSupported, Xid, Slow, DriverUnloaded, MigReconfigure, EccDbe, Overheat)
+    for k in (
+        Lost,
+        NotSupported,
+        Xid,
+        Slow,
+        DriverUnloaded,
+        MigReconfigure,
+        EccDbe,
+        Overheat,
+        Fabric,
+    )
 }

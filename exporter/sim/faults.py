@@ -25,8 +25,8 @@ class Fault:
     """One fault, at sim time `at` seconds (None: now when injected, 0 in a fleet file).
 
     kind: lost | not_supported | xid | slow | driver_unloaded | mig_reconfigure |
-    ecc_dbe | overheat. `gpu` is the GPU index (all GPUs when None, for
-    not_supported and slow). See docs/simulator.md for what each kind does.
+    ecc_dbe | overheat | fabric. `gpu` is the GPU index (all GPUs when None, for
+    not_supported, slow and fabric). See docs/simulator.md for what each kind does.
     """
 
     kind: str
@@ -42,6 +42,7 @@ class Fault:
     temp_c: float | None = None
     mig: Any = None
     code: str | None = None
+    fabric: Any = None  # a fabric fault's change (exporter/sim/fabricspec.py)
 
     def as_raw(self) -> dict[str, Any]:
         """The fault as a fleet-file mapping (only the keys that were set)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from exporter.sim import fabricspec
 from exporter.sim import mig as miglayout
 from exporter.sim.faults import Fault, parse_fault
 from exporter.sim.latency import LatencySpec
@@ -61,10 +62,11 @@ _TOP_KEYS = (
     "cuda_driver_version",
     "latency",
     "missing_functions",
+    "fabric",
     "gpus",
     "faults",
 )
-_GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "load", "processes", "mig")
+_GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "load", "processes", "mig", "fabric")
 _MIG_KEYS = ("profile", "gi", "ci", "index", "uuid", "load", "processes")
 _LOAD_KEYS = ("util", "mem_util", "mem_used_mib", "power", "swing", "period_s", "enc", "dec")
 _PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type")
@@ -116,6 +118,7 @@ class _Loader:
     def __init__(self, reader: Reader, hostname: str = "sim-node") -> None:
         self.r = reader
         self.hostname = hostname
+        self.fabric: fabricspec.FabricChange | None = None  # the node's `fabric:`
 
     def fleet(self, data: Any) -> Fleet:
         # Imported here: the modules that implement the functions import this one.
@@ -140,7 +143,11 @@ class _Loader:
         raw_gpus = r.sequence(data["gpus"], "gpus")
         if not raw_gpus:
             r.fail("gpus", "a node needs at least one GPU")
+        if data.get("fabric") is not None:
+            self.fabric = fabricspec.parse_change(r, data["fabric"], "fabric")
         gpus = tuple(self.gpu(g, join("gpus", i), i) for i, g in enumerate(raw_gpus))
+        if self.fabric is not None and all(g.fabric is None for g in gpus):
+            r.fail("fabric", "no GPU of this node registers with an NVLink fabric")
         for key in ("uuid", "pci_bus_id", "serial"):
             seen: dict[str, int] = {}
             for g in gpus:
@@ -229,7 +236,15 @@ class _Loader:
         limit = model.memory_mib - model.memory_reserved_mib
         if used > limit:
             r.fail(path, f"{used} MiB in use is more than the {limit} MiB {model.name} has free")
-        return GpuSpec(index, model, gpu_uuid, bus.upper(), serial, load, processes, layout)
+        fabric = fabricspec.for_gpu(
+            r,
+            model.features.fabric,
+            model.name,
+            self.fabric,
+            raw.get("fabric"),
+            join(path, "fabric"),
+        )
+        return GpuSpec(index, model, gpu_uuid, bus.upper(), serial, load, processes, layout, fabric)
 
     def layout(self, raw: Any, path: str, model: GpuModel) -> tuple[MigSpec, ...] | None:
         r = self.r

@@ -57,6 +57,7 @@ class Features:
     fan: bool
     gpm: bool
     pcie_error_counters: bool
+    fabric: bool = False  # registers with an NVLink fabric (nvmlDeviceGetGpuFabricInfo answers)
 
 
 @dataclass(frozen=True)

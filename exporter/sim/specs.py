@@ -10,6 +10,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass
 
+from exporter.sim.fabricspec import FabricSpec
 from exporter.sim.models import GpuModel, MigProfile
 
 _NAMESPACE = uuid.UUID("6d1c3f0e-5a1b-4c7e-9b8a-2f4e5d6c7b8a")
@@ -65,6 +66,7 @@ class GpuSpec:
     load: LoadSpec
     processes: tuple[ProcessSpec, ...]
     mig: tuple[MigSpec, ...] | None  # None: MIG disabled
+    fabric: FabricSpec | None = None  # None: the board has no NVLink fabric
 
 
 def digest(*parts: object) -> bytes:

@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,19 @@ def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 
 @functools.cache
 def _served_on_the_simulator() -> frozenset[str]:
-    """Family names the exporter serves with the shipped metrics file on the simulated
-    nodes: the default node and the mixed one (older GPUs serve retired pages), after an
+    """Family names the exporter serves with the shipped metrics file, its opt-in rows
+    enabled, on the simulated nodes: the default node, the mixed one (older GPUs serve
+    retired pages), after an
     XID, with pod attribution and a time-sliced GPU shared by two containers."""
-    catalog = load(default_metrics_file())
+    # the shipped file with its opt-in rows (commented out) enabled, as a user enables them
+    shipped = Path(default_metrics_file()).read_text()
+    enabled = re.sub(r"^# (DCGM_\w+,)", r"\1", shipped, flags=re.M)
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(enabled)
+    catalog = load(f.name)
     names: set[str] = set()
-    for fleet in (None, REPO / "exporter" / "sim" / "fleets" / "mixed.yaml"):
+    fleets = REPO / "exporter" / "sim" / "fleets"
+    for fleet in (None, fleets / "mixed.yaml"):
         clock = ManualClock()
         driver = sim.install(fleet, clock=clock)
         col = Collector(catalog, "node-a")

@@ -117,6 +117,7 @@ def test_unsupported_is_omitted_and_logged_once(node, caplog):
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     summary = [m for m in info if "not available on at least one GPU" in m]
     assert len(summary) == 1
+    assert "DEV_POWER_USAGE" in summary[0]  # the one line names what is missing
     assert not [m for m in info if " not available on GPU" in m]
     errors = {(f, c): n for f, c, n in col.session.error_counts()}
     assert errors[("nvmlDeviceGetPowerUsage", "NOT_SUPPORTED")] == 1  # never asked again
