@@ -11,10 +11,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.sim.faultkinds import DRIVER_CODES, KINDS, LayoutParser, ParseContext
+from exporter.sim.faultkinds import KERNEL_LOG_ONLY, KINDS, LayoutParser, ParseContext
 from exporter.sim.schema import Reader, join
 
-__all__ = ["DRIVER_CODES", "KIND_KEYS", "Fault", "LayoutParser", "parse_fault"]
+__all__ = ["KERNEL_LOG_ONLY", "KIND_KEYS", "Fault", "LayoutParser", "parse_fault"]
 
 # Keys each kind takes besides kind, at and gpu.
 KIND_KEYS: dict[str, tuple[str, ...]] = {name: kind.keys for name, kind in KINDS.items()}
@@ -24,8 +24,8 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {name: kind.keys for name, kind in KINDS
 class Fault:
     """One fault, at sim time `at` seconds (None: now when injected, 0 in a fleet file).
 
-    kind: lost | not_supported | xid | slow | driver_unloaded | mig_reconfigure |
-    ecc_dbe | overheat. `gpu` is the GPU index (all GPUs when None, for
+    kind: lost | not_supported | xid | slow | driver_unloaded | driver_upgrade |
+    mig_reconfigure | ecc_dbe | overheat. `gpu` is the GPU index (all GPUs when None, for
     not_supported and slow). See docs/simulator.md for what each kind does.
     """
 
@@ -41,7 +41,8 @@ class Fault:
     duration: float | None = None
     temp_c: float | None = None
     mig: Any = None
-    code: str | None = None
+    version: str | None = None
+    reload: bool = True
 
     def as_raw(self) -> dict[str, Any]:
         """The fault as a fleet-file mapping (only the keys that were set)."""

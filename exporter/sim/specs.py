@@ -24,7 +24,7 @@ class ProcessSpec:
     used_memory_mib: int
     sm_util: float
     mem_util: float
-    type: str  # "compute" or "graphics"
+    type: str  # "compute", "graphics" or "mps" (a client of the MPS server)
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class GpuSpec:
     load: LoadSpec
     processes: tuple[ProcessSpec, ...]
     mig: tuple[MigSpec, ...] | None  # None: MIG disabled
+    ecc_enabled: bool = True  # ECC mode, on boards that have ECC
 
 
 def digest(*parts: object) -> bytes:
