@@ -22,7 +22,7 @@ from aiohttp import web
 from exporter import signals
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
-from exporter.config import Config
+from exporter.config import DEFAULT_KERNEL_LOG, Config
 from exporter.files import ConfigFileError, read_config_file
 from exporter.http import eviction, server, webconfig
 from exporter.http.routes import Source, routes
@@ -54,9 +54,11 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         "" if cfg.no_hostname else cfg.hostname_label,  # "": no node label (-n)
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
         shared_keys=attribution.shared_keys if attribution else None,
+        kernel_log=DEFAULT_KERNEL_LOG if cfg.kernel_log is None else cfg.kernel_log or None,
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
     poller = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg)
+    poller.on_fatal = lambda: signals.request_stop(poller.exit_status)
     app[POLLER] = poller
     signals.install(app)
     status = app[signals.RELOADS]
@@ -156,8 +158,8 @@ async def _close_nvml(poller: Poller) -> None:
 
 
 def run(cfg: Config, catalog: Catalog) -> int:
-    """Serve until SIGINT/SIGTERM, then end the process with status 0; returns 2 when
-    the address cannot be listened on."""
+    """Serve until SIGINT/SIGTERM, then end the process with status 0 (EXIT_NVML when NVML
+    became unusable); returns 2 when the address cannot be listened on."""
     app = build(cfg, catalog)
     # The collection thread's Python hands the GIL back after this long (default 5 ms),
     # so a scrape arriving mid-cycle waits at most about this much for the event loop.
@@ -185,4 +187,4 @@ def run(cfg: Config, catalog: Catalog) -> int:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(signals.exit_status())

@@ -8,6 +8,7 @@ as one line on stderr before anything is served.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -32,6 +33,7 @@ from exporter.config import (
     DeviceSelection,
     KubeConfig,
     check_file,
+    check_kernel_log,
     check_regex,
     default_metrics_file,
     node_name,
@@ -140,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated paths served without basic auth when the web config sets "
         "users; empty: none (env GPU_EXPORTER_WEB_AUTH_EXCLUDE; default "
         f"{','.join(DEFAULT_AUTH_EXCLUDED)}, the kubelet's probes)",
+    )
+    g.add_argument(
+        "--kernel-log",
+        metavar="PATH",
+        help="kernel log to read XIDs 79, 119 and 120 from, as DCGM does; empty: NVML events "
+        "only (env GPU_EXPORTER_KERNEL_LOG; default /dev/kmsg, the simulated driver's with "
+        "--simulate)",
     )
     _kube_flags(g)
     g.add_argument(
@@ -308,8 +317,14 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         log_format=log_format,
         no_effect=r.no_effect(),
         web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
+        kernel_log=_kernel_log(r),
         **http,
     )
+
+
+def _kernel_log(r: Resolver) -> str | None:
+    value, src = r.value("kernel_log", "--kernel-log", "GPU_EXPORTER_KERNEL_LOG")
+    return None if value is None else check_kernel_log(value, src)
 
 
 def _http_limits(r: Resolver) -> dict[str, Any]:
@@ -361,8 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.simulate:
         from exporter import sim
 
+        if cfg.kernel_log is None:  # the simulated driver's kernel log: in memory, not on disk
+            fd = os.memfd_create("gpu-exporter-sim-kmsg")
+            cfg = dataclasses.replace(cfg, kernel_log=f"/proc/self/fd/{fd}")
         try:
-            sim.install(cfg.fleet)
+            sim.install(cfg.fleet, kernel_log=cfg.kernel_log or None)
         except ValueError as e:
             return _fail(str(e))
     from exporter.app import run

@@ -3,8 +3,10 @@
 A cycle enumerates devices, reads device-level fields once per physical GPU and
 instance-level fields once per whole GPU or MIG instance, samples GPM, and
 copies the XID counters, producing a :class:`Snapshot`. A lost GPU does not
-stop the others; a GPU whose calls turn slow is set aside for a while; a
-driver that went away is re-initialised with backoff.
+stop the others; a GPU whose calls turn slow is set aside for a while. NVML
+unusable as a whole (no driver, a library of another version than the kernel
+module) raises :class:`DriverGone` out of the cycle: pynvml loads its library once
+per process, so only a new process can use a new driver (the poller ends it).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from exporter.snapshot import CollectorResult, Snapshot, Value
 log = logging.getLogger(__name__)
 
 QUARANTINE_S = 60.0
-MAX_BACKOFF_S = 30.0
 
 
 class Collector:
@@ -43,7 +44,10 @@ class Collector:
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
         shared_keys: Callable[[], frozenset[str]] | None = None,
+        kernel_log: str | None = None,
     ) -> None:
+        """``kernel_log``: the kernel log to read XIDs 79, 119 and 120 from (/dev/kmsg);
+        None: from NVML events only."""
         fields = with_inputs(m.field for m in catalog.metrics)
         self.session = Session()
         self.enumerator = Enumerator(
@@ -53,6 +57,7 @@ class Collector:
         self.gpm = GpmReader(self.session, fields)
         self.xid: XidWatcher | None = None
         self.p2p: P2PReader | None = None
+        self.kernel_log = kernel_log
         self._start_watchers(fields)
         self.processes = ProcessReader(self.session)
         self.shared_keys = shared_keys or frozenset
@@ -60,9 +65,7 @@ class Collector:
         self.clock = clock
         self.busy_with = ""  # what the worker is reading now, for /ready when a call hangs
         self._quarantine: dict[str, float] = {}
-        self._retry_at = 0.0
-        self._backoff = 1.0
-        self._down_reason = ""
+        self._opened = False
         self._inventory = Inventory()
 
     def set_catalog(self, catalog: Catalog) -> None:
@@ -81,7 +84,7 @@ class Collector:
     def _start_watchers(self, fields: list[Field]) -> None:
         """The XID event thread and the P2P reader, once some field needs them."""
         if self.xid is None and any(f.source is Source.XID for f in fields):
-            self.xid = XidWatcher(self.session)
+            self.xid = XidWatcher(self.session, self.kernel_log)
         if self.p2p is None and any(f.source is Source.P2P for f in fields):
             self.p2p = P2PReader(self.session)
 
@@ -92,46 +95,38 @@ class Collector:
         long as it takes). If it is still waiting then, NVML is left for the process's
         exit to release: shutting it down under a thread inside a call is not safe.
         """
-        ended = self.xid.stop(xid_grace_s) if self.xid is not None else True
+        ended = self.xid.close(xid_grace_s) if self.xid is not None else True
         self.gpm.close()
         if ended:
             self.session.close()
         else:
             log.debug("XID thread still in its wait; NVML is released at exit")
 
-    def _ensure_open(self, now: float) -> None:
+    def _ensure_open(self) -> None:
+        """Initialise NVML once; DriverGone if it cannot be, or went away since."""
         if self.session.up:
             return
-        if now < self._retry_at:
-            raise DriverGone(self._down_reason)
-        try:
-            self.session.open()
-        except DriverGone:
-            self._retry_at = now + self._backoff
-            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
-            raise
-        self._backoff = 1.0
-        self._down_reason = ""
-        self.enumerator.reset()
-        gone = [d.key for d in self._inventory.gpus + self._inventory.instances]
-        self.reader.forget(gone)
-        self.gpm.forget(gone)
-        self._inventory = Inventory()
+        if self._opened:
+            raise DriverGone("NVML was shut down under the exporter")
+        self.session.open()
+        self._opened = True
         log.info("NVML initialised: driver %s", self.session.driver_version)
 
     def collect(self) -> Snapshot:
-        """Run one cycle; on a driver failure returns a snapshot with no device values."""
+        """Run one cycle; raises :class:`DriverGone` when NVML is unusable as a whole."""
         start = self.clock()
         t0 = time.perf_counter()
         results: list[CollectorResult] = []
         problems: list[str] = []
         try:
-            self._ensure_open(start)
+            self._ensure_open()
             inv = self.enumerator.enumerate()
-        except DriverGone as e:
-            return self._failed(start, t0, str(e))
+        except DriverGone:
+            self.busy_with = ""
+            raise
         results.append(CollectorResult("enumerate", True, time.perf_counter() - t0))
         self._forget_gone(inv)
+        self._recheck_mig_changes(inv)
         self._inventory = inv
 
         values: dict[str, dict[str, Value]] = {}
@@ -164,7 +159,9 @@ class Collector:
                 g0 = time.perf_counter()
                 members = [gpu] if gpu.key not in inv.mig_enabled else by_parent.get(gpu.key, [])
                 try:
-                    gpm_s = self._read_gpu(gpu, members, start, shared, values, procs)
+                    gpm_s = self._read_gpu(
+                        gpu, gpu.key in inv.mig_enabled, members, start, shared, values, procs
+                    )
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
                         values.pop(dev.key, None)
@@ -177,8 +174,6 @@ class Collector:
                 t_fields += spent - gpm_s
                 self._check_slow(gpu, spent)
                 gpus_ok.append(gpu)
-        except DriverGone as e:
-            return self._failed(start, t0, str(e))
         finally:
             self.busy_with = ""
         results.append(CollectorResult("fields", True, t_fields))
@@ -216,16 +211,21 @@ class Collector:
     def _read_gpu(
         self,
         gpu: Device,
+        mig: bool,
         members: list[Device],
         start: float,
         shared: frozenset[str],
         values: dict[str, dict[str, Value]],
         procs: dict[str, tuple[ProcUse, ...]],
     ) -> float:
-        """Read one GPU and its instances into ``values``/``procs``; returns GPM seconds."""
+        """Read one GPU (``mig``: in MIG mode) and its instances into ``values``/``procs``;
+        returns GPM seconds."""
         self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
         values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
-        gpm_s = 0.0
+        p0 = time.perf_counter()
+        if mig:  # its GPU-level GPM metrics, sampled on the GPU itself
+            values[gpu.key].update(self.gpm.read(gpu, start, mig_gpu=True))
+        gpm_s = time.perf_counter() - p0
         for dev in members:
             vals = values.setdefault(dev.key, {})
             vals.update(self.reader.read(dev, Scope.INSTANCE))
@@ -265,16 +265,9 @@ class Collector:
             self.reader.forget(gone)
             self.gpm.forget(gone)
 
-    def _failed(self, start: float, t0: float, why: str) -> Snapshot:
-        if self.xid is not None:
-            self.xid.stop()
-        if why != self._down_reason:
-            log.warning("collection failed: %s; retrying with backoff", why)
-            self._down_reason = why
-        return Snapshot(
-            taken_at=start,
-            duration=time.perf_counter() - t0,
-            down=self._inventory.gpus,
-            collectors=(CollectorResult("enumerate", False, time.perf_counter() - t0, why),),
-            problems=(f"NVML unusable: {why}",),
-        )
+    def _recheck_mig_changes(self, inv: Inventory) -> None:
+        """Fields a GPU lacked are asked for again when its MIG mode changed: NVML answers
+        NOT_SUPPORTED for utilization, encoder and decoder on MIG-enabled GPUs only."""
+        changed = inv.mig_enabled ^ self._inventory.mig_enabled
+        for key in changed & {g.key for g in inv.gpus}:
+            self.reader.recheck(key)

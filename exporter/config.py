@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -91,6 +92,9 @@ class Config:
     http_write_timeout_s: float = DEFAULT_HTTP_WRITE_TIMEOUT_MS / 1000  # client not reading
     http_max_header_bytes: int = DEFAULT_HTTP_MAX_HEADER_BYTES  # one request's headers, total
     auth_excluded_paths: tuple[str, ...] = DEFAULT_AUTH_EXCLUDED  # served without basic auth
+    # where XIDs 79/119/120 are read from: None the default (/dev/kmsg, or the simulated
+    # driver's log with --simulate), "" not at all (NVML events only)
+    kernel_log: str | None = None
 
 
 def _int(value: str) -> int | None:
@@ -133,6 +137,20 @@ def parse_count(value: str, source: str, what: str, lo: int, hi: int) -> int:
     if n is None or not lo <= n <= hi:
         raise ConfigError(f"{source}: {value!r} is not {what}; give a number from {lo} to {hi}")
     return n
+
+
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
+
+
+def check_kernel_log(path: str, source: str) -> str:
+    """A kernel log given on purpose must be readable; "" turns it off."""
+    if path and not os.access(path, os.R_OK):
+        raise ConfigError(
+            f"{source}: cannot read the kernel log {path!r}; give a readable one (/dev/kmsg "
+            "needs a privileged container: the privileged-xids deploy component), or an "
+            "empty value to count XIDs 79, 119 and 120 from NVML events only"
+        )
+    return path
 
 
 def check_file(path: str, source: str, what: str) -> str:

@@ -6,6 +6,9 @@ own (no second thread is started while it hangs, so threads never pile up)
 and scrapes keep getting the last exposition, whose self-metrics show the age.
 Cancelling :meth:`Poller.run` ends it at once, even while the worker hangs in
 an NVML call: the wait never shields the worker's future from cancellation.
+NVML unusable as a whole (no driver, a library that does not match the kernel
+module) ends the loop after one error line: the process exits with EXIT_NVML so
+that the kubelet restarts it, since only a new process loads the driver's library.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +25,7 @@ from exporter.collector import Collector
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
+from exporter.nvml.session import DriverGone
 from exporter.snapshot import CollectorResult, Snapshot
 
 if TYPE_CHECKING:
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
+EXIT_NVML = 3  # the process's exit status when NVML is unusable
 
 
 class Poller:
@@ -62,6 +68,8 @@ class Poller:
         self._crash_logged = ""
         self._started = 0.0  # monotonic start of the cycle in the worker
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
+        self.exit_status = 0  # EXIT_NVML once NVML is unusable: run() has ended
+        self.on_fatal: Callable[[], None] = lambda: None  # then called, once
         self._trimmer = Trimmer()
         self.exposition: Exposition = self.builder.build()
 
@@ -79,11 +87,13 @@ class Poller:
         self._next_catalog = catalog
 
     async def run(self) -> None:
-        """Collect forever at the interval (cancel the task to stop)."""
+        """Collect at the interval until cancelled, or until NVML is unusable."""
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while True:
             await self.cycle()
+            if self.exit_status:
+                return
             next_at += self.interval_s
             now = loop.time()
             if next_at < now:  # fell behind: skip missed ticks instead of bursting
@@ -109,6 +119,9 @@ class Poller:
         self._pending = self.executor.submit(self.collector.collect)
         try:
             snap = await self._wait(self._pending)
+        except DriverGone as e:
+            self._fatal(e)
+            return
         except TimeoutError:
             self.selfmetrics.collections["failure"] += 1
             self.stuck = (
@@ -150,6 +163,18 @@ class Poller:
         if not done:
             raise TimeoutError
         return fut.result()
+
+    def _fatal(self, why: DriverGone) -> None:
+        """NVML is unusable: say so once and end the loop; the process is to exit."""
+        self.selfmetrics.collections["failure"] += 1
+        self.exit_status = EXIT_NVML
+        log.error(
+            "NVML unusable: %s; exiting (status %d) so that the container restarts "
+            "with the driver's library as installed now",
+            why,
+            EXIT_NVML,
+        )
+        self.on_fatal()
 
     def _warn_stuck(self) -> None:
         """Log a hung cycle once a minute, not once per interval."""

@@ -63,6 +63,9 @@ class Field:
     integer: bool = True  # DCGM exports this field as an integer
     rate: float = 0.0  # > 0: DCGM serves the counter's change per second divided by this
     needs: tuple[str, ...] = ()  # fields read (not exported) for a DERIVED family
+    # read this way instead on a device that lacks the first (an older driver's call, a
+    # newer architecture's field ids): the same DCGM field, in the same unit
+    fallback: Field | None = None
 
     @property
     def is_label(self) -> bool:
@@ -89,9 +92,15 @@ def _fid(
     scale: float = 1.0,
     integer: bool = True,
     rate: float = 0.0,
+    fallback: Field | None = None,
 ) -> None:
     ids_ = tuple((i, scope_id) for i in ids)
-    _add(Field(name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer, rate=rate))
+    _add(
+        Field(
+            name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer, rate=rate,
+            fallback=fallback,
+        )
+    )  # fmt: skip
 
 
 def _call(
@@ -107,8 +116,8 @@ def _call(
     _add(Field(name, scope, Source.CALL, unit, (), call, pick, scale=scale, integer=integer))
 
 
-def _gpm(name: str, unit: str, metric: int, scale: float) -> None:
-    _add(Field(name, INST, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
+def _gpm(name: str, unit: str, metric: int, scale: float, scope: Scope = INST) -> None:
+    _add(Field(name, scope, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
 
 
 def _label(name: str, call: Call, pick: Callable[[Any], Any] | None = None) -> None:
@@ -208,10 +217,18 @@ for _n, _f in (
 
 # --- PCIe ---
 _fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", N.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
-# DCGM serves a throughput in KB/s (NVML's nvmlDeviceGetPcieThroughput, a 20 ms sample);
-# we take the same unit from NVML's cumulative byte counters over the last two samples.
-_fid("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "KB/s", N.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, rate=1024.0)
-_fid("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "KB/s", N.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, rate=1024.0)
+# A throughput in KB/s from NVML's cumulative byte counters (fields 197/198, from NVML 12.5,
+# R555) over the last two samples; older drivers: nvmlDeviceGetPcieThroughput, a 20 ms
+# sample in KB/s.
+for _n, _fid_bytes, _counter in (
+    ("TX", 197, N.NVML_PCIE_UTIL_TX_BYTES),  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+    ("RX", 198, N.NVML_PCIE_UTIL_RX_BYTES),  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+):
+    _name = f"DCGM_FI_DEV_PCIE_{_n}_THROUGHPUT"
+    _sampled = Field(
+        _name, D, Source.CALL, "KB/s", call=Call("nvmlDeviceGetPcieThroughput", (_counter,))
+    )
+    _fid(_name, "KB/s", _fid_bytes, rate=1024.0, fallback=_sampled)
 _call("DCGM_FI_DEV_PCIE_LINK_GEN", "generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"))
 _call("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", Call("nvmlDeviceGetCurrPcieLinkWidth"))
 
@@ -240,10 +257,18 @@ _fid(
     scope_id=ALL_LINKS,
     rate=1000.0,
 )
-_fid("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "count", 38)
-_fid("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "count", 45)
-_fid("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "count", 52)
-_fid("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "count", 59)
+# Blackwell (NVLink5) has no per-lane DL totals (nvml.h: unsupported for Blackwell+); its
+# COUNT fields, summed over links with scopeId UINT_MAX, stand in: errors FEC did not
+# correct (219) for flit CRC errors, link recovery events (215) for recovery errors.
+_nvl5 = {
+    38: ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 219),
+    45: ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", 0),
+    52: ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 0),
+    59: ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 215),
+}
+for _dl, (_n, _count) in _nvl5.items():
+    _alt = Field(_n, D, Source.FIELD, "count", ((_count, ALL_LINKS),)) if _count else None
+    _fid(_n, "count", _dl, fallback=_alt)
 
 # --- GPM profiling (Hopper and newer; per GPU and per MIG instance) ---
 _pct, _mibs = 0.01, float(MIB)
@@ -262,10 +287,12 @@ for _n, _m in (
     ("PIPE_FP16_ACTIVE", N.NVML_GPM_METRIC_FP16_UTIL),
 ):
     _gpm(f"DCGM_FI_PROF_{_n}", "ratio", _m, _pct)
-_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs)
-_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs)
-_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs)
-_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs)
+# PCIe and NVLink traffic are GPU-level, as in DCGM (dcgm_fields.cpp): on a MIG GPU they are
+# sampled on the GPU itself, and repeat per GPU instance as other device-level fields do.
+_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs, D)
 
 # --- XIDs, from the event thread ---
 # Last XID seen on the GPU (sticky, like dcgm-exporter), with err_code and err_msg labels.

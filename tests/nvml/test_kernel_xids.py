@@ -1,0 +1,91 @@
+"""XIDs from the kernel log beside NVML events, as DCGM 4.x reads them: 79, 119 and 120
+from /dev/kmsg records (DcgmKmsgReader.cpp), mapped to GPUs by PCI bus id, each XID
+counted once whichever way it arrives."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pynvml
+
+from exporter.sim import Fault
+from tests.nvml.simnode import node, until
+
+DEFAULT_BUS_1 = "0000:2a:00"  # GPU 1 of the default fleet: 00000000:2A:00.0
+
+
+def counts(col) -> dict[tuple[int, int | None, int], int]:
+    """{(GPU index, GPU instance, XID): count} of the collector's XID counters."""
+    index = {g.uuid: g.index for g in col.enumerator._seen.values()}
+    return {(index[u], gi, x): n for u, gi, _ci, x, n in col.xid.state().counts}
+
+
+def record(path, text: str, seq: int = 1) -> None:
+    with open(path, "ab") as f:
+        f.write(f"4,{seq},{os.getpid()},-;{text}\n".encode())
+
+
+def test_xid_79_comes_from_the_kernel_log_with_the_nvml_event_path_silent(tmp_path):
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        n.cycle()
+        [evset] = n.driver.events.sets.values()
+        n.driver.inject(Fault("xid", gpu=1, xid=79))
+        n.driver.inject(Fault("xid", gpu=2, xid=119, count=2))
+        assert not evset.queue  # NVML never delivered them
+        until("the kernel log's XIDs", lambda: len(counts(n.col)) == 2)
+        assert counts(n.col) == {(1, None, 79): 1, (2, None, 119): 2}
+        assert dict(n.cycle().xid.last)[n.driver.gpus[1].uuid] == 79
+
+
+def test_without_the_kernel_log_xid_79_is_never_counted():
+    """What the kernel log is for: NVML events alone never carry XID 79."""
+    with node() as n:
+        n.cycle()
+        n.driver.inject(Fault("xid", gpu=1, xid=79))
+        n.driver.inject(Fault("xid", gpu=1, xid=48))  # delivered as an event
+        until("XID 48", lambda: (1, None, 48) in counts(n.col))
+        assert (1, None, 79) not in counts(n.col)
+
+
+def test_an_xid_that_arrives_both_ways_counts_once(tmp_path):
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        n.cycle()
+        gpu1 = n.driver.gpus[1]
+        xid = pynvml.nvmlEventTypeXidCriticalError
+        with n.driver.lock:  # a driver that does deliver 79 as an event, and logs it
+            n.driver.events.publish(gpu1, xid, 79, n.driver.now())
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 79, pid='<unknown>', name=<unknown>, ")
+        n.driver.inject(Fault("xid", gpu=1, xid=48))  # an event, and a kernel log line
+        until("both XIDs", lambda: {(1, None, 79), (1, None, 48)} <= counts(n.col).keys())
+        n.cycle()
+        assert counts(n.col) == {(1, None, 79): 1, (1, None, 48): 1}
+
+
+def test_other_records_and_malformed_ones_are_skipped(tmp_path):
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        n.cycle()
+        record(log, "usb 1-1: new high-speed USB device number 2 using xhci_hcd")
+        record(log, "NVRM: Xid (PCI:0000:99:00): 79, pid=1, name=x, no such GPU here")
+        record(log, "NVRM: Xid (PCI:0000:2a:00): seventy-nine, pid=1")
+        record(log, "NVRM: Xid (PCI:0000:2a:00): 79" + ", " + "x" * 100_000)  # too long
+        with open(log, "ab") as f:
+            f.write(os.urandom(4096).replace(b"\n", b" ") + b"\n")
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 120, pid=7, name=python3, GSP error")
+        until("XID 120", lambda: (1, None, 120) in counts(n.col))
+        assert counts(n.col) == {(1, None, 120): 1}
+
+
+def test_an_unreadable_kernel_log_leaves_the_codes_to_nvml_events(tmp_path, caplog):
+    missing = tmp_path / "no" / "kmsg"
+    with caplog.at_level(logging.WARNING), node(kernel_log=str(missing), sim_log=False) as n:
+        n.cycle()
+        with n.driver.lock:
+            n.driver.events.publish(n.driver.gpus[1], pynvml.nvmlEventTypeXidCriticalError, 79, 0)
+        until("XID 79 from NVML", lambda: (1, None, 79) in counts(n.col))
+        n.cycle()
+    lines = [r.getMessage() for r in caplog.records if str(missing) in r.getMessage()]
+    assert len(lines) == 1 and "NVML events" in lines[0]
