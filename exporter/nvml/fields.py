@@ -95,12 +95,8 @@ def _fid(
     fallback: Field | None = None,
 ) -> None:
     ids_ = tuple((i, scope_id) for i in ids)
-    _add(
-        Field(
-            name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer, rate=rate,
-            fallback=fallback,
-        )
-    )  # fmt: skip
+    kw = {"scale": scale, "integer": integer, "rate": rate, "fallback": fallback}
+    _add(Field(name, D, Source.FIELD, unit, ids_, **kw))  # type: ignore[arg-type]
 
 
 def _call(
@@ -285,6 +281,10 @@ for _n, _m in (
     ("PIPE_FP64_ACTIVE", N.NVML_GPM_METRIC_FP64_UTIL),
     ("PIPE_FP32_ACTIVE", N.NVML_GPM_METRIC_FP32_UTIL),
     ("PIPE_FP16_ACTIVE", N.NVML_GPM_METRIC_FP16_UTIL),
+    ("PIPE_TENSOR_DMMA_ACTIVE", 8),  # NVML_GPM_METRIC_DMMA_TENSOR_UTIL
+    ("NVDEC0_ACTIVE", 30),  # NVML_GPM_METRIC_NVDEC_0_UTIL
+    ("NVJPG0_ACTIVE", 40),  # NVML_GPM_METRIC_NVJPG_0_UTIL
+    ("NVOFA0_ACTIVE", 50),  # NVML_GPM_METRIC_NVOFA_0_UTIL
 ):
     _gpm(f"DCGM_FI_PROF_{_n}", "ratio", _m, _pct)
 # PCIe and NVLink traffic are GPU-level, as in DCGM (dcgm_fields.cpp): on a MIG GPU they are
@@ -341,13 +341,18 @@ _label("DCGM_FI_DEV_SERIAL", Call("nvmlDeviceGetSerial"))
 _label("DCGM_FI_DEV_UUID", Call("nvmlDeviceGetUUID"))
 _label("DCGM_FI_DEV_VBIOS_VERSION", Call("nvmlDeviceGetVbiosVersion"))
 _label("DCGM_FI_DEV_INFOROM_IMAGE_VER", Call("nvmlDeviceGetInforomImageVersion"))
-_BRANDS = {
-    N.NVML_BRAND_TESLA: "Tesla",
-    N.NVML_BRAND_QUADRO: "Quadro",
-    N.NVML_BRAND_GEFORCE: "GeForce",
-    N.NVML_BRAND_NVIDIA: "NVIDIA",
-}
-_label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
+# nvmlBrandType_t 0-16, by name (an unknown number reads Unknown, as in DCGM)
+_BRANDS = (
+    "Unknown", "Quadro", "Tesla", "NVS", "GRID", "GeForce", "Titan",
+    "NVIDIA Virtual Applications", "NVIDIA Virtual PC", "NVIDIA Virtual Compute Server",
+    "NVIDIA RTX Virtual Workstation", "NVIDIA Cloud Gaming", "Quadro RTX", "NVIDIA RTX",
+    "NVIDIA", "GeForce RTX", "Titan RTX",
+)  # fmt: skip
+_label(
+    "DCGM_FI_DEV_BRAND",
+    Call("nvmlDeviceGetBrand"),
+    lambda b: _BRANDS[b] if 0 <= b < len(_BRANDS) else "Unknown",
+)
 _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
 
@@ -368,12 +373,10 @@ UNSERVED: dict[str, str] = {
     "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing state exists only on vGPU guests; "
     "not available through NVML on bare-metal nodes",
     "DCGM_FI_DEV_COUNT": "node-level count; use gpu_exporter_gpus",
-    "DCGM_FI_DEV_GPU_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
-    "DCGM_FI_DEV_MEM_COPY_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
-    "DCGM_FI_PROF_NVOFA0_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_PROF_NVDEC0_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_PROF_NVJPG0_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_PROF_PIPE_TENSOR_DMMA_ACTIVE": "not collected: no mapped GPM metric yet",
+    "DCGM_FI_DEV_GPU_UTIL_SAMPLES": "DCGM's stream of nvmlDeviceGetProcessUtilization samples; "
+    "not served (per-container utilization: gpu_exporter_container_sm_util_percent)",
+    "DCGM_FI_DEV_MEM_COPY_UTIL_SAMPLES": "DCGM's stream of nvmlDeviceGetProcessUtilization "
+    "samples; not served",
     "DCGM_FI_DEV_FB_USED_PERCENT": "derive it: DCGM_FI_DEV_FB_USED / DCGM_FI_DEV_FB_TOTAL",
     "DCGM_FI_DEV_NVSWITCH_LINK_STATUS": "NVSwitch fields need DCGM's NVSwitch module, "
     "not available through NVML",
