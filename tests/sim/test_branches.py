@@ -12,6 +12,7 @@ import pynvml
 import pytest
 
 from exporter.sim import models
+from tests.nvml.simnode import blackwell
 from tests.sim.handles import handle, mig_handles
 
 F = pynvml
@@ -127,27 +128,17 @@ def test_ecc_off_leaves_the_ecc_entries_untouched(install):
     assert field(h, F.NVML_FI_DEV_REMAPPED_COR).timestamp > 0  # other fields answer
 
 
-@pytest.fixture
-def blackwell(monkeypatch):
-    """A board of the Blackwell architecture (figures of the H100 entry; only the
-    architecture matters here), added to the catalog for this test."""
-    base = models.catalog()[H100]
-    board = type(base)(**{**base.__dict__, "name": "Test Blackwell", "architecture": 10})
-    assert board.architecture == pynvml.NVML_DEVICE_ARCH_BLACKWELL
-    monkeypatch.setattr("exporter.sim.fleet.catalog", lambda: {board.name: board})
-    return board
-
-
-def test_blackwell_counts_nvlink_errors_in_the_nvlink5_fields(install, blackwell):
+def test_blackwell_counts_nvlink_errors_in_the_nvlink5_fields(install, monkeypatch):
     """nvml.h: the DL replay/recovery/CRC totals are unsupported on Blackwell and newer;
     the NVLink5 COUNT fields answer, summed over links with scopeId 0xFFFFFFFF."""
-    install({"driver_version": "570.124.06", "gpus": [{"model": blackwell.name}]})
+    board = blackwell(monkeypatch)
+    install({"driver_version": "570.124.06", "gpus": [{"model": board}]})
     h = handle(0)
     for fid in (38, 45, 52, 59):
         assert field(h, fid).nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED, fid
     recoveries = field(h, F.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS, 0xFFFFFFFF)
     assert recoveries.nvmlReturn == pynvml.NVML_SUCCESS
-    assert recoveries.value.ullVal == blackwell.nvlinks
+    assert recoveries.value.ullVal == models.catalog()[H100].nvlinks  # one per link
 
 
 def test_hopper_has_no_nvlink5_counters(default):
