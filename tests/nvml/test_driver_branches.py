@@ -8,8 +8,10 @@ import pynvml
 import pytest
 
 from exporter.nvml.processes import ProcessReader
+from exporter.poller import Poller
 from exporter.sim import Fault
-from tests.nvml.simnode import H100, node, until
+from tests.exposition import find
+from tests.nvml.simnode import CATALOG, H100, node, until
 
 PROCS = [
     {"pid": 4101, "used_memory_mib": 20480, "sm_util": 30},
@@ -83,7 +85,13 @@ def test_a_pynvml_without_a_wrapper_falls_back_to_the_older_call(monkeypatch):
         assert 20 < n.gpu(n.cycle(), 0)["DCGM_FI_DEV_GPU_TEMP"] < 90
 
 
-def test_a_node_without_a_visible_gpu_is_ready_with_none():
+async def test_a_node_without_a_visible_gpu_is_ready_with_none():
     with node({"gpus": []}) as n:
-        snap = n.cycle()
-        assert snap.ok and snap.gpus == () and not snap.problems
+        poller = Poller(CATALOG, n.col, interval_s=1.0, timeout_s=5.0)
+        await poller.cycle()
+        snap = poller.snapshot
+        assert snap is not None and snap.ok and snap.gpus == () and not snap.problems
+        assert poller.readiness() == (True, [])
+        text = poller.exposition.plain.decode()
+        assert [s.value for s in find(text, "gpu_exporter_gpus")] == [0]
+        poller.close()
