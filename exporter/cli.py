@@ -377,8 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from exporter import sim
 
         if cfg.kernel_log is None:  # the simulated driver's kernel log: in memory, not on disk
-            fd = os.memfd_create("gpu-exporter-sim-kmsg")
-            cfg = dataclasses.replace(cfg, kernel_log=f"/proc/self/fd/{fd}")
+            log_path = f"/proc/self/fd/{os.memfd_create('gpu-exporter-sim-kmsg')}"
+            cfg = dataclasses.replace(cfg, kernel_log=log_path if os.path.exists(log_path) else "")
         try:
             sim.install(cfg.fleet, kernel_log=cfg.kernel_log or None)
         except ValueError as e:
