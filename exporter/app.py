@@ -22,7 +22,7 @@ from aiohttp import web
 from exporter import checks, signals
 from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
-from exporter.config import Collection, Config
+from exporter.config import DEFAULT_KERNEL_LOG, Collection, Config
 from exporter.files import ConfigFileError, read_config_file
 from exporter.http import eviction, server, webconfig
 from exporter.http.routes import Source, anyone, routes
@@ -56,10 +56,12 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
         shared_keys=attribution.shared_keys if attribution else None,
         groups=resolve(catalog, cfg.collections),  # validated before the start
+        kernel_log=DEFAULT_KERNEL_LOG if cfg.kernel_log is None else cfg.kernel_log or None,
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
     collector.enumerator.ci_label = cfg.release.ci_label  # GPU_CI_ID on MIG series (4.8.4+)
     poller = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg)
+    poller.on_fatal = lambda: signals.request_stop(poller.exit_status)
     app[POLLER] = poller
     signals.install(app)
     status = app[signals.RELOADS]
@@ -178,8 +180,8 @@ async def _close_nvml(poller: Poller) -> None:
 
 
 def run(cfg: Config, catalog: Catalog) -> int:
-    """Serve until SIGINT/SIGTERM, then end the process with status 0; returns 2 when
-    the address cannot be listened on."""
+    """Serve until SIGINT/SIGTERM, then end the process with status 0 (EXIT_NVML when NVML
+    became unusable); returns 2 when the address cannot be listened on."""
     app = build(cfg, catalog)
     # The collection thread's Python hands the GIL back after this long (default 5 ms),
     # so a scrape arriving mid-cycle waits at most about this much for the event loop.
@@ -207,4 +209,4 @@ def run(cfg: Config, catalog: Catalog) -> int:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(signals.exit_status())

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from exporter.files import ConfigFileError, read_config_file
-from exporter.nvml.fields import FIELDS, UNSERVED, Field
+from exporter.nvml.fields import FIELDS, Field
+from exporter.nvml.unserved import UNSERVED
 
 TYPES = ("gauge", "counter", "label", "histogram", "summary")
 MAX_BYTES = 1 << 20  # a metrics file larger than 1 MiB is refused

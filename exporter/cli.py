@@ -8,13 +8,14 @@ as one line on stderr before anything is served.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from exporter import __version__, checks, flags48, logsetup
+from exporter import __version__, checks, flags48, kubeflags, logsetup
 from exporter.config import (
     DEFAULT_ADDRESS,
     DEFAULT_AUTH_EXCLUDED,
@@ -23,16 +24,14 @@ from exporter.config import (
     DEFAULT_HTTP_WRITE_TIMEOUT_MS,
     DEFAULT_INTERVAL_MS,
     DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_SOCKET,
     DEFAULT_WINDOW_MS,
     LOG_FORMATS,
     LOG_LEVELS,
     Config,
     ConfigError,
     DeviceSelection,
-    KubeConfig,
     check_file,
-    check_regex,
+    check_kernel_log,
     default_metrics_file,
     node_name,
     parse_address,
@@ -48,7 +47,6 @@ from exporter.releases import ALIASES, DEFAULT, RELEASES, Release, parse_release
 log = logging.getLogger("exporter")
 
 EXIT_USAGE = 2
-MAX_ALLOWLIST = 100  # regexes in --kubernetes-pod-label-allowlist-regex
 
 
 class _Parser(argparse.ArgumentParser):
@@ -150,7 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         "users; empty: none (env GPU_EXPORTER_WEB_AUTH_EXCLUDE; default "
         f"{','.join(DEFAULT_AUTH_EXCLUDED)}, the kubelet's probes)",
     )
-    _kube_flags(g)
+    g.add_argument(
+        "--kernel-log",
+        metavar="PATH",
+        help="kernel log to read XIDs 79, 119 and 120 from, as DCGM does; empty: NVML events "
+        "only (env GPU_EXPORTER_KERNEL_LOG; default /dev/kmsg, the simulated driver's with "
+        "--simulate)",
+    )
+    kubeflags.add_flags(g)
     g.add_argument(
         "--check",
         action="store_true",
@@ -158,65 +163,6 @@ def build_parser() -> argparse.ArgumentParser:
         "file, kubelet socket with -k), print what would be served, and exit 0 or 2",
     )
     return p
-
-
-def _kube_flags(k: argparse._ArgumentGroup) -> None:
-    k.add_argument(
-        "--kubernetes-pod-labels",
-        metavar="REGEX",
-        help="copy pod labels whose names match REGEX, as label_<name> (needs the API server) "
-        "(env GPU_EXPORTER_KUBERNETES_POD_LABELS)",
-    )
-    k.add_argument(
-        "--kubernetes-dra",
-        action="store_true",
-        default=None,
-        help="attribute DRA claims of gpu.nvidia.com through ResourceSlices (needs the API "
-        "server) (env GPU_EXPORTER_KUBERNETES_DRA=true)",
-    )
-    k.add_argument(
-        "--host-proc",
-        metavar="PATH",
-        help="the host's /proc, to map GPU processes to containers on shared GPUs "
-        "(needs hostPID) (env GPU_EXPORTER_HOST_PROC; default /proc)",
-    )
-
-
-def _allowlist(r: Resolver) -> tuple[str, ...]:
-    value, src = r.flag("kubernetes-pod-label-allowlist-regex")
-    if value is None:
-        return ()
-    parts = [x.strip() for x in value.split(",") if x.strip()]
-    if len(parts) > MAX_ALLOWLIST:
-        raise ConfigError(f"{src}: {len(parts)} regexes; give at most {MAX_ALLOWLIST}")
-    return tuple(check_regex(x, src) for x in parts)
-
-
-def _kube_config(r: Resolver, node: str) -> KubeConfig | None:
-    if not r.dcgm_boolean("kubernetes"):
-        return None
-    socket, _ = r.flag("pod-resources-kubelet-socket")
-    names, _ = r.flag("nvidia-resource-names")
-    # dcgm-exporter's flag, checked and accepted; every ID form is recognised either way
-    id_type, src = r.flag("kubernetes-gpu-id-type")
-    if id_type not in (None, "uid", "device-name"):
-        raise ConfigError(f"{src}: {id_type!r} is not an ID type; use uid or device-name")
-    labels, src = r.value(
-        "kubernetes_pod_labels", "--kubernetes-pod-labels", "GPU_EXPORTER_KUBERNETES_POD_LABELS"
-    )
-    dra = r.boolean("kubernetes_dra", "GPU_EXPORTER_KUBERNETES_DRA")
-    return KubeConfig(
-        node_name=node,
-        socket=socket or DEFAULT_SOCKET,
-        resource_names=tuple(n.strip() for n in (names or "").split(",") if n.strip()),
-        pod_uid=r.dcgm_boolean("kubernetes-enable-pod-uid"),
-        pod_labels=check_regex(labels, src) if labels else None,
-        dra=dra or r.dcgm_boolean("kubernetes-enable-dra"),
-        host_proc=r.value("host_proc", "--host-proc", "GPU_EXPORTER_HOST_PROC")[0] or "/proc",
-        dcgm_pod_labels=r.dcgm_boolean("kubernetes-enable-pod-labels"),
-        pod_label_allowlist=_allowlist(r),
-        virtual_gpus=r.dcgm_boolean("kubernetes-virtual-gpus"),
-    )
 
 
 def _simulate(r: Resolver) -> tuple[bool, str | None]:
@@ -323,7 +269,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         log_level=level,
         check=args.check,
         web_config_file=web_config,
-        kube=_kube_config(r, hostname),
+        kube=kubeflags.kube_config(r, hostname),
         max_connections=max_conns,
         http_timeout_s=http_timeout / 1000,
         devices=devices,
@@ -335,9 +281,15 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         log_format=log_format,
         no_effect=r.no_effect(),
         web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
+        kernel_log=_kernel_log(r),
         **http,
     )
     return flags48.apply(r, cfg)
+
+
+def _kernel_log(r: Resolver) -> str | None:
+    value, src = r.value("kernel_log", "--kernel-log", "GPU_EXPORTER_KERNEL_LOG")
+    return None if value is None else check_kernel_log(value, src)
 
 
 def _http_limits(r: Resolver) -> dict[str, Any]:
@@ -389,8 +341,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.simulate:
         from exporter import sim
 
+        if cfg.kernel_log is None:  # the simulated driver's kernel log: in memory, not on disk
+            log_path = f"/proc/self/fd/{os.memfd_create('gpu-exporter-sim-kmsg')}"
+            cfg = dataclasses.replace(cfg, kernel_log=log_path if os.path.exists(log_path) else "")
         try:
-            sim.install(cfg.fleet)
+            sim.install(cfg.fleet, kernel_log=cfg.kernel_log or None)
         except ValueError as e:
             return _fail(str(e))
     from exporter.app import run

@@ -3,8 +3,10 @@
 A cycle enumerates devices, reads device-level fields once per physical GPU and
 instance-level fields once per whole GPU or MIG instance, samples GPM, and
 copies the XID counters, producing a :class:`Snapshot`. A lost GPU does not
-stop the others; a GPU whose calls turn slow is set aside for a while; a
-driver that went away is re-initialised with backoff.
+stop the others; a GPU whose calls turn slow is set aside for a while. NVML
+unusable as a whole (no driver, a library of another version than the kernel
+module) raises :class:`DriverGone` out of the cycle: pynvml loads its library once
+per process, so only a new process can use a new driver (the poller ends it).
 
 Fields of a collection with its own interval (exporter/watchgroups.py) have
 readers of their own: :meth:`Collector.collect_group` reads only them, on the
@@ -36,7 +38,6 @@ from exporter.watchgroups import Group, default_fields
 log = logging.getLogger(__name__)
 
 QUARANTINE_S = 60.0
-MAX_BACKOFF_S = 30.0
 
 
 class Collector:
@@ -51,7 +52,10 @@ class Collector:
         clock: Callable[[], float] = time.time,
         shared_keys: Callable[[], frozenset[str]] | None = None,
         groups: tuple[Group, ...] = (),
+        kernel_log: str | None = None,
     ) -> None:
+        """``kernel_log``: the kernel log to read XIDs 79, 119 and 120 from (/dev/kmsg);
+        None: from NVML events only."""
         fields = default_fields(catalog, groups)
         self.session = Session()
         self.enumerator = Enumerator(
@@ -62,6 +66,7 @@ class Collector:
         self.fabric = FabricReader(self.session, fields)
         self.xid: XidWatcher | None = None
         self.p2p: P2PReader | None = None
+        self.kernel_log = kernel_log
         self._start_watchers(with_inputs(m.field for m in catalog.metrics))
         self.groups: tuple[Group, ...] = ()
         self._group_readers: list[tuple[FieldReader, GpmReader]] = []
@@ -75,9 +80,7 @@ class Collector:
         self.clock = clock
         self.busy_with = ""  # what the worker is reading now, for /ready when a call hangs
         self._quarantine: dict[str, float] = {}
-        self._retry_at = 0.0
-        self._backoff = 1.0
-        self._down_reason = ""
+        self._opened = False
         self._inventory = Inventory()
 
     def set_catalog(self, catalog: Catalog, groups: tuple[Group, ...] = ()) -> None:
@@ -111,7 +114,7 @@ class Collector:
     def _start_watchers(self, fields: list[Field]) -> None:
         """The XID event thread and the P2P reader, once some field needs them."""
         if self.xid is None and any(f.source is Source.XID for f in fields):
-            self.xid = XidWatcher(self.session)
+            self.xid = XidWatcher(self.session, self.kernel_log)
         if self.p2p is None and any(f.source is Source.P2P for f in fields):
             self.p2p = P2PReader(self.session)
 
@@ -122,7 +125,7 @@ class Collector:
         long as it takes). If it is still waiting then, NVML is left for the process's
         exit to release: shutting it down under a thread inside a call is not safe.
         """
-        ended = self.xid.stop(xid_grace_s) if self.xid is not None else True
+        ended = self.xid.close(xid_grace_s) if self.xid is not None else True
         for _, gpm in self._readers():
             gpm.close()
         if ended:
@@ -130,41 +133,31 @@ class Collector:
         else:
             log.debug("XID thread still in its wait; NVML is released at exit")
 
-    def _ensure_open(self, now: float) -> None:
+    def _ensure_open(self) -> None:
+        """Initialise NVML once; DriverGone if it cannot be, or went away since."""
         if self.session.up:
             return
-        if now < self._retry_at:
-            raise DriverGone(self._down_reason)
-        try:
-            self.session.open()
-        except DriverGone:
-            self._retry_at = now + self._backoff
-            self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
-            raise
-        self._backoff = 1.0
-        self._down_reason = ""
-        self.enumerator.reset()
-        gone = [d.key for d in self._inventory.gpus + self._inventory.instances]
-        for reader, gpm in self._readers():
-            reader.forget(gone)
-            gpm.forget(gone)
-        self.fabric.forget(gone)
-        self._inventory = Inventory()
+        if self._opened:
+            raise DriverGone("NVML was shut down under the exporter")
+        self.session.open()
+        self._opened = True
         log.info("NVML initialised: driver %s", self.session.driver_version)
 
     def collect(self) -> Snapshot:
-        """Run one cycle; on a driver failure returns a snapshot with no device values."""
+        """Run one cycle; raises :class:`DriverGone` when NVML is unusable as a whole."""
         start = self.clock()
         t0 = time.perf_counter()
         results: list[CollectorResult] = []
         problems: list[str] = []
         try:
-            self._ensure_open(start)
+            self._ensure_open()
             inv = self.enumerator.enumerate()
-        except DriverGone as e:
-            return self._failed(start, t0, str(e))
+        except DriverGone:
+            self.busy_with = ""
+            raise
         results.append(CollectorResult("enumerate", True, time.perf_counter() - t0))
         self._forget_gone(inv)
+        self._recheck_mig_changes(inv)
         self._inventory = inv
 
         values: dict[str, dict[str, Value]] = {}
@@ -194,7 +187,9 @@ class Collector:
                 g0 = time.perf_counter()
                 members = members_of.get(gpu.key, [])
                 try:
-                    gpm_s = self._read_gpu(gpu, members, start, shared, values, procs)
+                    gpm_s = self._read_gpu(
+                        gpu, gpu.key in inv.mig_enabled, members, start, shared, values, procs
+                    )
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
                         values.pop(dev.key, None)
@@ -207,8 +202,6 @@ class Collector:
                 t_fields += spent - gpm_s
                 self._check_slow(gpu, spent)
                 gpus_ok.append(gpu)
-        except DriverGone as e:
-            return self._failed(start, t0, str(e))
         finally:
             self.busy_with = ""
         results.append(CollectorResult("fields", True, t_fields))
@@ -302,17 +295,22 @@ class Collector:
     def _read_gpu(
         self,
         gpu: Device,
+        mig: bool,
         members: list[Device],
         start: float,
         shared: frozenset[str],
         values: dict[str, dict[str, Value]],
         procs: dict[str, tuple[ProcUse, ...]],
     ) -> float:
-        """Read one GPU and its instances into ``values``/``procs``; returns GPM seconds."""
+        """Read one GPU (``mig``: in MIG mode) and its instances into ``values``/``procs``;
+        returns GPM seconds."""
         self.busy_with = f"GPU {gpu.index} ({gpu.uuid})"
         values[gpu.key] = self.reader.read(gpu, Scope.DEVICE)
         values[gpu.key].update(self.fabric.read(gpu))
-        gpm_s = 0.0
+        p0 = time.perf_counter()
+        if mig:  # its GPU-level GPM metrics, sampled on the GPU itself
+            values[gpu.key].update(self.gpm.read(gpu, start, mig_gpu=True))
+        gpm_s = time.perf_counter() - p0
         for dev in members:
             vals = values.setdefault(dev.key, {})
             vals.update(self.reader.read(dev, Scope.INSTANCE))
@@ -354,16 +352,10 @@ class Collector:
                 gpm.forget(gone)
             self.fabric.forget(gone)
 
-    def _failed(self, start: float, t0: float, why: str) -> Snapshot:
-        if self.xid is not None:
-            self.xid.stop()
-        if why != self._down_reason:
-            log.warning("collection failed: %s; retrying with backoff", why)
-            self._down_reason = why
-        return Snapshot(
-            taken_at=start,
-            duration=time.perf_counter() - t0,
-            down=self._inventory.gpus,
-            collectors=(CollectorResult("enumerate", False, time.perf_counter() - t0, why),),
-            problems=(f"NVML unusable: {why}",),
-        )
+    def _recheck_mig_changes(self, inv: Inventory) -> None:
+        """Fields a GPU lacked are asked for again when its MIG mode changed: NVML answers
+        NOT_SUPPORTED for utilization, encoder and decoder on MIG-enabled GPUs only."""
+        changed = inv.mig_enabled ^ self._inventory.mig_enabled
+        for key in changed & {g.key for g in inv.gpus}:
+            for reader, _ in self._readers():
+                reader.recheck(key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -118,6 +119,9 @@ class Config:
     health_require_gpus: bool = False  # /health 503 while no GPU is collected
     systemd_fds: tuple[int, ...] = ()  # --web-systemd-socket: the sockets systemd passed
     notices: tuple[str, ...] = ()  # startup warnings about these settings, one line each
+    # where XIDs 79/119/120 are read from: None the default (/dev/kmsg, or the simulated
+    # driver's log with --simulate), "" not at all (NVML events only)
+    kernel_log: str | None = None
 
 
 def _int(value: str) -> int | None:
@@ -160,6 +164,20 @@ def parse_count(value: str, source: str, what: str, lo: int, hi: int) -> int:
     if n is None or not lo <= n <= hi:
         raise ConfigError(f"{source}: {value!r} is not {what}; give a number from {lo} to {hi}")
     return n
+
+
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
+
+
+def check_kernel_log(path: str, source: str) -> str:
+    """A kernel log given on purpose must be readable; "" turns it off."""
+    if path and not os.access(path, os.R_OK):
+        raise ConfigError(
+            f"{source}: cannot read the kernel log {path!r}; give a readable one (/dev/kmsg "
+            "needs a privileged container: the privileged-xids deploy component), or an "
+            "empty value to count XIDs 79, 119 and 120 from NVML events only"
+        )
+    return path
 
 
 def check_file(path: str, source: str, what: str) -> str:

@@ -13,6 +13,9 @@ once a minute, and scrapes keep the last exposition; the next interval tries aga
 Collections with an interval of their own (--config-file) are read between
 cycles, in the same worker thread: each reads only its fields, and the
 exposition is rendered again with them (unchanged families are reused).
+NVML unusable as a whole (no driver, a library that does not match the kernel
+module) ends the loop after one error line: the process exits with EXIT_NVML so
+that the kubelet restarts it, since only a new process loads the driver's library.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +35,7 @@ from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
 from exporter.hpcjobs import JobFiles
+from exporter.nvml.session import DriverGone
 from exporter.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
 from exporter.watchgroups import resolve
@@ -45,6 +50,7 @@ STEPS = ("collect", "attribution", "publish")
 
 STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
 STEP_LOG_S = 60.0  # a failing step of the cycle is logged at most this often
+EXIT_NVML = 3  # the process's exit status when NVML is unusable
 
 
 class Poller:
@@ -79,6 +85,8 @@ class Poller:
         self.failing = ""  # why the last cycle's attribution or publish failed, if it did
         self._started = 0.0  # monotonic start of the cycle in the worker
         self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
+        self.exit_status = 0  # EXIT_NVML once NVML is unusable: run() has ended
+        self.on_fatal: Callable[[], None] = lambda: None  # then called, once
         self._trimmer = Trimmer()
         self.collections = getattr(cfg, "collections", ())
         job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
@@ -101,7 +109,8 @@ class Poller:
         self._next_catalog = catalog
 
     async def run(self) -> None:
-        """Collect forever at the interval, and each group at its own (cancel to stop)."""
+        """Collect at the interval, and each group at its own, until cancelled or until NVML
+        is unusable."""
         loop = asyncio.get_running_loop()
         groups = self.collector.groups
         due = [loop.time()] * (1 + len(groups))  # the cycle first, then each group once
@@ -115,6 +124,8 @@ class Poller:
                     await self.read_group(i - 1)
             except Exception as e:  # the self-metrics of a skipped or failed cycle
                 self._step_failed("publish", e)
+            if self.exit_status:
+                return
             every = self.interval_s if i == 0 else groups[i - 1].interval_s
             due[i] += every
             now = loop.time()
@@ -156,6 +167,9 @@ class Poller:
         self._pending = self.executor.submit(self.collector.collect)
         try:
             snap = await self._wait(self._pending)
+        except DriverGone as e:
+            self._fatal(e)
+            return
         except TimeoutError:
             self.selfmetrics.collections["failure"] += 1
             self.stuck = (
@@ -177,6 +191,11 @@ class Poller:
             self._stuck_logged = float("-inf")
         self.stuck = ""
         self.failing = ""
+        await self._attribute_and_publish(snap)
+
+    async def _attribute_and_publish(self, snap: Snapshot) -> None:
+        """Pods and containers for the cycle's devices, then the exposition; a step that
+        raises leaves the last of its output in place."""
         if self.attribution is not None:
             try:
                 await self.attribution.refresh(snap)
@@ -224,6 +243,18 @@ class Poller:
         if not done:
             raise TimeoutError
         return fut.result()
+
+    def _fatal(self, why: DriverGone) -> None:
+        """NVML is unusable: say so once and end the loop; the process is to exit."""
+        self.selfmetrics.collections["failure"] += 1
+        self.exit_status = EXIT_NVML
+        log.error(
+            "NVML unusable: %s; exiting (status %d) so that the container restarts "
+            "with the driver's library as installed now",
+            why,
+            EXIT_NVML,
+        )
+        self.on_fatal()
 
     def _warn_stuck(self) -> None:
         """Log a hung cycle once a minute, not once per interval."""

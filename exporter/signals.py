@@ -109,21 +109,40 @@ def subscribe(app: web.Application, wake: asyncio.Event) -> Callable[[], None] |
     return hangup.subscribe(wake) if hangup is not None else None
 
 
+_stops: list[Callable[[], None]] = []  # what on_stop was given, while installed
+_exit_status = [0]
+
+
 def on_stop(stop: Callable[[], None]) -> Callable[[], None]:
-    """Call ``stop`` on SIGTERM and SIGINT (in the running loop); returns the remover."""
+    """Call ``stop`` on SIGTERM and SIGINT (in the running loop), and on
+    :func:`request_stop`; returns the remover."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
+    _stops.append(stop)
 
     def remove() -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+        _stops.remove(stop)
 
     return remove
 
 
+def request_stop(status: int) -> None:
+    """Stop the process as SIGTERM does, to exit with ``status`` (call in the loop)."""
+    _exit_status[0] = status
+    for stop in list(_stops):
+        stop()
+
+
+def exit_status() -> int:
+    """The status the process exits with: 0, or what :func:`request_stop` was given."""
+    return _exit_status[0]
+
+
 def exit_after(seconds: float) -> threading.Timer:
-    """End the process with status 0 after ``seconds`` unless it ended before.
+    """End the process with :func:`exit_status` after ``seconds`` unless it ended before.
 
     The graceful stop closes connections, NVML and the kubelet and API-server clients;
     a part that hangs (a driver call, a thread importing a library, a client that never
@@ -134,7 +153,7 @@ def exit_after(seconds: float) -> threading.Timer:
     def force() -> None:
         log.warning("stop did not finish in %g s; exiting now", seconds)
         logging.shutdown()
-        os._exit(0)
+        os._exit(exit_status())
 
     timer = threading.Timer(seconds, force)
     timer.daemon = True

@@ -63,5 +63,7 @@ def split_shared(
                 mem[o] = mem.get(o, 0.0) + p.used_mib
             if p.sm_util is not None:
                 sm[o] = sm.get(o, 0.0) + p.sm_util
+        if any(p.used_mib is None for p in procs):
+            mem = {}  # NVML withholds process memory (MIG): no share is known, not 0
         out.append(Split(dev, mem, {} if dev.is_mig else sm))
     return out

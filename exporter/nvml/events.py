@@ -1,8 +1,17 @@
-"""XID errors from an NVML event set, read in a thread of their own.
+"""XID errors from an NVML event set and from the kernel log, each read in a thread of its own.
 
-The thread blocks in ``nvmlEventSetWait_v2`` and adds every event to counters
-by (GPU, GPU instance, compute instance, XID), so no event is lost between scrapes however many
-arrive; memory stays bounded by the number of distinct codes seen.
+The event thread blocks in ``nvmlEventSetWait_v2`` (``nvmlEventSetWait`` on drivers
+without it, whose events name no MIG instance) and adds every event to counters by
+(GPU, GPU instance, compute instance, XID), so no event is lost between scrapes however
+many arrive; memory stays bounded by the number of distinct codes seen. An event that
+names no instance (0xFFFFFFFF, the first wait, or a caller without the privilege to
+watch MIG instances, to whom NVML reports only whole-device events) counts for the
+whole GPU. A GPU fallen off the bus makes every wait on its set fail: the thread then
+builds a set without it, so the other GPUs' XIDs keep coming.
+
+XIDs 79, 119 and 120 come from the kernel log (exporter/nvml/kmsg.py) when it can be
+read, as DCGM reads them, and NVML events of those codes are then not counted, so
+each XID counts once; without the kernel log they come from NVML events.
 """
 
 from __future__ import annotations
@@ -19,7 +28,8 @@ from typing import Any
 import pynvml as N
 
 from exporter.nvml.devices import Device
-from exporter.nvml.session import NvmlProblem, Session
+from exporter.nvml.kmsg import KERNEL_XIDS, BusKey, KernelLog, bus_key
+from exporter.nvml.session import DeviceLost, NvmlProblem, Session, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +65,15 @@ def _addr(handle: Any) -> int:
 
 
 class XidWatcher:
-    """Owns the event set and the thread that waits on it."""
+    """Owns the event set and the thread that waits on it, and the kernel-log reader."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, kernel_log: str | None = None) -> None:
         self.session = session
+        self.kernel_log = kernel_log
+        self._kernel: KernelLog | None = None
+        self._bus: dict[BusKey, str] = {}  # PCI address -> GPU UUID, every GPU seen
+        self.unknown_bus = 0  # kernel-log XIDs of a PCI address no GPU had
+        self._v1 = False  # the driver lacks nvmlEventSetWait_v2
         self._lock = threading.Lock()
         self._counts: Counter[Key] = Counter()
         self._last: dict[str, int] = {}
@@ -70,10 +85,43 @@ class XidWatcher:
 
     def watch(self, gpus: Sequence[Device]) -> None:
         """(Re)register for XIDs when the set of GPUs changed; cheap when it did not."""
+        for g in gpus:
+            if g.uuid not in self._bus.values():
+                key = bus_key(dict(g.labels).get("pci_bus_id", ""))
+                if key is not None:
+                    self._bus[key] = g.uuid
+        if self.kernel_log and self._kernel is None:
+            self._follow_kernel_log(self.kernel_log)
         keys = frozenset(g.key for g in gpus)
         if keys == self._registered and self._thread is not None and self._thread.is_alive():
             return
         self.stop()
+        evset, by_handle = self._event_set(gpus)
+        self._registered = keys
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(evset, by_handle, tuple(gpus), self._stop),
+            name="xid-events",
+            daemon=True,
+        )
+        self._thread.start()
+        self.healthy = True
+
+    def _follow_kernel_log(self, path: str) -> None:
+        """Start the kernel-log reader; say once if it cannot read the log."""
+        self._kernel = KernelLog(path, self._kernel_xid)
+        why = self._kernel.start()
+        if why:
+            log.warning(
+                "kernel log: %s; XIDs %s are counted from NVML events only, which may never "
+                "carry them (the privileged-xids deploy component gives the exporter the log)",
+                why,
+                ", ".join(map(str, sorted(KERNEL_XIDS))),
+            )
+
+    def _event_set(self, gpus: Sequence[Device]) -> tuple[object, dict[int, str]]:
+        """A new event set with every GPU of ``gpus`` that can be registered."""
         try:
             evset = self.session.run("nvmlEventSetCreate")
         except NvmlProblem:
@@ -83,17 +131,13 @@ class XidWatcher:
         for g in gpus:
             try:
                 self.session.run("nvmlDeviceRegisterEvents", g.handle, _XID, evset)
+            except DeviceLost:
+                continue  # the cycle reports it lost
             except NvmlProblem as e:
                 log.warning("GPU %d (%s): cannot watch XID events: %s", g.index, g.uuid, e)
                 continue
             by_handle[_addr(g.handle)] = g.uuid
-        self._registered = keys
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, args=(evset, by_handle, self._stop), name="xid-events", daemon=True
-        )
-        self._thread.start()
-        self.healthy = True
+        return evset, by_handle
 
     def stop(self, join_s: float | None = None) -> bool:
         """Stop the thread; True when it has ended, its set counted and freed.
@@ -113,11 +157,26 @@ class XidWatcher:
         self._registered = frozenset()
         return ended
 
-    def _run(self, evset: object, by_handle: dict[int, str], stop: threading.Event) -> None:
+    def close(self, join_s: float | None = None) -> bool:
+        """Stop both threads; True when the event thread has ended (see :meth:`stop`)."""
+        if self._kernel is not None:
+            self._kernel.stop(0.0 if join_s is not None else WAIT_MS / 1000 * 2)
+        return self.stop(join_s)
+
+    def _run(
+        self,
+        evset: object,
+        by_handle: dict[int, str],
+        gpus: tuple[Device, ...],
+        stop: threading.Event,
+    ) -> None:
         try:
             while not stop.is_set():
                 try:
-                    data = self.session.run("nvmlEventSetWait_v2", evset, WAIT_MS, empty=_TIMEOUT)
+                    data = self._wait(evset, WAIT_MS)
+                except DeviceLost:  # a GPU of the set is lost: a set without it
+                    evset, by_handle = self._without_lost(evset, by_handle, gpus, stop)
+                    continue
                 except NvmlProblem:  # counted by the session
                     self.healthy = False
                     stop.wait(1.0)  # the driver may be going away; do not spin
@@ -128,11 +187,51 @@ class XidWatcher:
         finally:
             self.session.release("nvmlEventSetFree", evset)
 
+    def _without_lost(
+        self,
+        evset: object,
+        by_handle: dict[int, str],
+        gpus: tuple[Device, ...],
+        stop: threading.Event,
+    ) -> tuple[object, dict[int, str]]:
+        """A new set of the GPUs that still register, for the one that answers
+        GPU_IS_LOST for all of them; the old set when none can be made or none left it."""
+        try:
+            new, registered = self._event_set(gpus)
+        except NvmlProblem:
+            stop.wait(1.0)
+            return evset, by_handle
+        if len(registered) >= len(by_handle):  # the lost GPU registers still: no use
+            self.session.release("nvmlEventSetFree", new)
+            self.healthy = False
+            stop.wait(1.0)
+            return evset, by_handle
+        gone = sorted(set(by_handle.values()) - set(registered.values()))
+        log.warning("XID events: %s lost; watching the other GPUs", ", ".join(gone))
+        self.session.release("nvmlEventSetFree", evset)
+        return new, registered
+
+    def _wait(self, evset: object, timeout_ms: int) -> N.c_nvmlEventData_t | None:
+        """The next event within ``timeout_ms``, or None."""
+        if not self._v1:
+            try:
+                return self.session.run("nvmlEventSetWait_v2", evset, timeout_ms, empty=_TIMEOUT)
+            except Unavailable as e:
+                if e.code != N.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    raise
+                self._v1 = True
+                log.info("no nvmlEventSetWait_v2: XIDs from nvmlEventSetWait, per GPU only")
+        # the first version fills no instance ids: preset, they read "none"
+        data = N.c_nvmlEventData_t()
+        data.gpuInstanceId = data.computeInstanceId = NO_INSTANCE
+        wait = (evset, ctypes.byref(data), ctypes.c_uint(timeout_ms))
+        return data if self.session.c_call("nvmlEventSetWait", *wait, empty=_TIMEOUT) else None
+
     def _drain(self, evset: object, by_handle: dict[int, str]) -> None:
         """Count what the set holds already (no waiting), at most MAX_DRAIN events."""
         for _ in range(MAX_DRAIN):
             try:
-                data = self.session.run("nvmlEventSetWait_v2", evset, 0, empty=_TIMEOUT)
+                data = self._wait(evset, 0)
             except NvmlProblem:  # the set or the driver is gone: nothing left to take
                 return
             if data is None:
@@ -141,17 +240,36 @@ class XidWatcher:
 
     def _record(self, data: N.c_nvmlEventData_t, by_handle: dict[int, str]) -> None:
         uuid = by_handle.get(_addr(data.device))
-        if uuid is None:
-            return
+        xid = int(data.eventData)
+        if uuid is None or (xid in KERNEL_XIDS and self.from_kernel_log):
+            return  # not ours; or counted from the kernel log
         gi = None if data.gpuInstanceId == NO_INSTANCE else int(data.gpuInstanceId)
         ci = None if gi is None or data.computeInstanceId == NO_INSTANCE else data.computeInstanceId
-        xid = int(data.eventData)
-        key = (uuid, gi, None if ci is None else int(ci), xid)
+        self._count((uuid, gi, None if ci is None else int(ci), xid))
+        self.healthy = True
+
+    @property
+    def from_kernel_log(self) -> bool:
+        """Whether XIDs 79, 119 and 120 are counted from the kernel log now."""
+        return self._kernel is not None and self._kernel.running
+
+    def _kernel_xid(self, bus: BusKey, xid: int) -> None:
+        """An XID record of the kernel log: counted for its GPU if it is one of KERNEL_XIDS
+        (the rest come as NVML events); the kernel names no MIG instance."""
+        if xid not in KERNEL_XIDS:
+            return
+        uuid = self._bus.get(bus)
+        if uuid is None:
+            self.unknown_bus += 1
+            return
+        self._count((uuid, None, None, xid))
+
+    def _count(self, key: Key) -> None:
+        uuid, _, _, xid = key
         with self._lock:
             self._counts[key] += 1
             self._last[uuid] = xid
             total = self._counts[key]
-        self.healthy = True
         self._log(key, total)
 
     def _log(self, key: Key, total: int) -> None:

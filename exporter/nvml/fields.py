@@ -66,6 +66,9 @@ class Field:
     integer: bool = True  # DCGM exports this field as an integer
     rate: float = 0.0  # > 0: DCGM serves the counter's change per second divided by this
     needs: tuple[str, ...] = ()  # fields read (not exported) for a DERIVED family
+    # read this way instead on a device that lacks the first (an older driver's call, a
+    # newer architecture's field ids): the same DCGM field, in the same unit
+    fallback: Field | None = None
 
     @property
     def is_label(self) -> bool:
@@ -92,9 +95,11 @@ def _fid(
     scale: float = 1.0,
     integer: bool = True,
     rate: float = 0.0,
+    fallback: Field | None = None,
 ) -> None:
     ids_ = tuple((i, scope_id) for i in ids)
-    _add(Field(name, D, Source.FIELD, unit, ids_, scale=scale, integer=integer, rate=rate))
+    kw = {"scale": scale, "integer": integer, "rate": rate, "fallback": fallback}
+    _add(Field(name, D, Source.FIELD, unit, ids_, **kw))  # type: ignore[arg-type]
 
 
 def _call(
@@ -110,8 +115,8 @@ def _call(
     _add(Field(name, scope, Source.CALL, unit, (), call, pick, scale=scale, integer=integer))
 
 
-def _gpm(name: str, unit: str, metric: int, scale: float) -> None:
-    _add(Field(name, INST, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
+def _gpm(name: str, unit: str, metric: int, scale: float, scope: Scope = INST) -> None:
+    _add(Field(name, scope, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
 
 
 def _label(name: str, call: Call, pick: Callable[[Any], Any] | None = None) -> None:
@@ -214,10 +219,18 @@ for _n, _f in (
 
 # --- PCIe ---
 _fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", N.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
-# DCGM serves a throughput in KB/s (NVML's nvmlDeviceGetPcieThroughput, a 20 ms sample);
-# we take the same unit from NVML's cumulative byte counters over the last two samples.
-_fid("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", "KB/s", N.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, rate=1024.0)
-_fid("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", "KB/s", N.NVML_FI_DEV_PCIE_COUNT_RX_BYTES, rate=1024.0)
+# A throughput in KB/s from NVML's cumulative byte counters (fields 197/198, from NVML 12.5,
+# R555) over the last two samples; older drivers: nvmlDeviceGetPcieThroughput, a 20 ms
+# sample in KB/s.
+for _n, _fid_bytes, _counter in (
+    ("TX", 197, N.NVML_PCIE_UTIL_TX_BYTES),  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+    ("RX", 198, N.NVML_PCIE_UTIL_RX_BYTES),  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+):
+    _name = f"DCGM_FI_DEV_PCIE_{_n}_THROUGHPUT"
+    _sampled = Field(
+        _name, D, Source.CALL, "KB/s", call=Call("nvmlDeviceGetPcieThroughput", (_counter,))
+    )
+    _fid(_name, "KB/s", _fid_bytes, rate=1024.0, fallback=_sampled)
 _call("DCGM_FI_DEV_PCIE_LINK_GEN", "generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"))
 _call("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", Call("nvmlDeviceGetCurrPcieLinkWidth"))
 
@@ -246,10 +259,18 @@ _fid(
     scope_id=ALL_LINKS,
     rate=1000.0,
 )
-_fid("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "count", 38)
-_fid("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "count", 45)
-_fid("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "count", 52)
-_fid("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "count", 59)
+# Blackwell (NVLink5) has no per-lane DL totals (nvml.h: unsupported for Blackwell+); its
+# COUNT fields, summed over links with scopeId UINT_MAX, stand in: errors FEC did not
+# correct (219) for flit CRC errors, link recovery events (215) for recovery errors.
+_nvl5 = {
+    38: ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 219),
+    45: ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", 0),
+    52: ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 0),
+    59: ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 215),
+}
+for _dl, (_n, _count) in _nvl5.items():
+    _alt = Field(_n, D, Source.FIELD, "count", ((_count, ALL_LINKS),)) if _count else None
+    _fid(_n, "count", _dl, fallback=_alt)
 
 # --- GPM profiling (Hopper and newer; per GPU and per MIG instance) ---
 _pct, _mibs = 0.01, float(MIB)
@@ -266,12 +287,18 @@ for _n, _m in (
     ("PIPE_FP64_ACTIVE", N.NVML_GPM_METRIC_FP64_UTIL),
     ("PIPE_FP32_ACTIVE", N.NVML_GPM_METRIC_FP32_UTIL),
     ("PIPE_FP16_ACTIVE", N.NVML_GPM_METRIC_FP16_UTIL),
+    ("PIPE_TENSOR_DMMA_ACTIVE", 8),  # NVML_GPM_METRIC_DMMA_TENSOR_UTIL
+    ("NVDEC0_ACTIVE", 30),  # NVML_GPM_METRIC_NVDEC_0_UTIL
+    ("NVJPG0_ACTIVE", 40),  # NVML_GPM_METRIC_NVJPG_0_UTIL
+    ("NVOFA0_ACTIVE", 50),  # NVML_GPM_METRIC_NVOFA_0_UTIL
 ):
     _gpm(f"DCGM_FI_PROF_{_n}", "ratio", _m, _pct)
-_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs)
-_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs)
-_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs)
-_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs)
+# PCIe and NVLink traffic are GPU-level, as in DCGM (dcgm_fields.cpp): on a MIG GPU they are
+# sampled on the GPU itself, and repeat per GPU instance as other device-level fields do.
+_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs, D)
 
 # --- NVLink fabric registration and health (NVSwitch and NVL systems; fabric.py) ---
 for _n, _u in (
@@ -334,13 +361,18 @@ _label("DCGM_FI_DEV_SERIAL", Call("nvmlDeviceGetSerial"))
 _label("DCGM_FI_DEV_UUID", Call("nvmlDeviceGetUUID"))
 _label("DCGM_FI_DEV_VBIOS_VERSION", Call("nvmlDeviceGetVbiosVersion"))
 _label("DCGM_FI_DEV_INFOROM_IMAGE_VER", Call("nvmlDeviceGetInforomImageVersion"))
-_BRANDS = {
-    N.NVML_BRAND_TESLA: "Tesla",
-    N.NVML_BRAND_QUADRO: "Quadro",
-    N.NVML_BRAND_GEFORCE: "GeForce",
-    N.NVML_BRAND_NVIDIA: "NVIDIA",
-}
-_label("DCGM_FI_DEV_BRAND", Call("nvmlDeviceGetBrand"), lambda b: _BRANDS.get(b, str(b)))
+# nvmlBrandType_t 0-16, by name (an unknown number reads Unknown, as in DCGM)
+_BRANDS = (
+    "Unknown", "Quadro", "Tesla", "NVS", "GRID", "GeForce", "Titan",
+    "NVIDIA Virtual Applications", "NVIDIA Virtual PC", "NVIDIA Virtual Compute Server",
+    "NVIDIA RTX Virtual Workstation", "NVIDIA Cloud Gaming", "Quadro RTX", "NVIDIA RTX",
+    "NVIDIA", "GeForce RTX", "Titan RTX",
+)  # fmt: skip
+_label(
+    "DCGM_FI_DEV_BRAND",
+    Call("nvmlDeviceGetBrand"),
+    lambda b: _BRANDS[b] if 0 <= b < len(_BRANDS) else "Unknown",
+)
 _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
 
@@ -360,26 +392,3 @@ def with_inputs(fields: Iterable[Field]) -> list[Field]:
             out.setdefault(name, FIELDS[name])
         out.setdefault(f.name, f)
     return list(out.values())
-
-
-# DCGM fields that are known but that NVML alone cannot serve, with the reason
-# logged once at startup. Any other unknown name in a metrics file is an error.
-UNSERVED: dict[str, str] = {
-    "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "vGPU licensing state exists only on vGPU guests; "
-    "not available through NVML on bare-metal nodes",
-    "DCGM_FI_DEV_COUNT": "node-level count; use gpu_exporter_gpus",
-    "DCGM_FI_DEV_GPU_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
-    "DCGM_FI_DEV_MEM_COPY_UTIL_SAMPLES": "not available through NVML as a DCGM sample stream",
-    "DCGM_FI_PROF_NVOFA0_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_PROF_NVDEC0_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_PROF_NVJPG0_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_PROF_PIPE_TENSOR_DMMA_ACTIVE": "not collected: no mapped GPM metric yet",
-    "DCGM_FI_DEV_FB_USED_PERCENT": "derive it: DCGM_FI_DEV_FB_USED / DCGM_FI_DEV_FB_TOTAL",
-    "DCGM_FI_DEV_NVSWITCH_LINK_STATUS": "NVSwitch fields need DCGM's NVSwitch module, "
-    "not available through NVML",
-    "DCGM_FI_DEV_DIAG_MEMORY_RESULT": "diagnostics results come from DCGM's diag, "
-    "not available through NVML",
-    "DCGM_FI_DEV_FABRIC_CLUSTER_UUID": "a string, usable only as a label, which this exporter "
-    "reads once per GPU while the fabric sets it at registration; the fabric manager status and "
-    "clique id are served",
-}

@@ -6,6 +6,11 @@ device. A device seen for the first time (at start, or a MIG instance of a new
 layout) is primed (see exporter/nvml/prime.py): :meth:`GpmReader.prime` takes
 its first sample, the cycle waits MIN_GAP_S once for all such devices, and its
 values are in that same cycle.
+
+Which metrics a sample serves follows DCGM's field levels: a whole GPU all of them;
+a MIG instance its own (the INSTANCE-scope fields); a MIG-enabled GPU, sampled as a
+GPU, the GPU-level ones (PCIe and NVLink traffic, DEVICE scope). A metric NVML
+answers NaN for is left out, as DCGM blanks it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 import pynvml as N
 
 from exporter.nvml.devices import Device
-from exporter.nvml.fields import Field, Source
+from exporter.nvml.fields import Field, Scope, Source
 from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable
 
 log = logging.getLogger(__name__)
@@ -57,16 +62,24 @@ class GpmReader:
         self.fields: list[Field] = []
         self._support: dict[str, bool] = {}  # physical GPU UUID -> GPM supported
         self._state: dict[str, _State] = {}
-        self._req: N.c_nvmlGpmMetricsGet_t | None = None
-        self._entries: list[tuple[str, float, Field]] = []  # (name, scale, field) per metric
-        self._unpack = struct.Struct("")
+        self._requests: dict[int, _Request] = {}  # id of a selection -> its request
         self.sleep: Callable[[float], None] = time.sleep  # waits between priming samples
         self.set_fields(fields)
 
     def set_fields(self, fields: Iterable[Field]) -> None:
         """Read these fields' GPM metrics from the next read on (a metrics-file reload)."""
         self.fields = [f for f in fields if f.source is Source.GPM]
-        self._req = None
+        self._gpu_level = tuple(f for f in self.fields if f.scope is Scope.DEVICE)
+        self._own = tuple(f for f in self.fields if f.scope is Scope.INSTANCE)
+        self._all = tuple(self.fields)
+        self._requests.clear()
+
+    def selection(self, dev: Device, mig_gpu: bool = False) -> tuple[Field, ...]:
+        """The metrics a sample of ``dev`` serves: a MIG instance its own, a MIG-enabled
+        GPU (``mig_gpu``) the GPU-level ones, a whole GPU all."""
+        if mig_gpu:
+            return self._gpu_level
+        return self._own if dev.parent is not None else self._all
 
     def supported(self, gpu: Device) -> bool:
         """Whether the physical GPU supports GPM (asked once per GPU)."""
@@ -95,18 +108,20 @@ class GpmReader:
     def close(self) -> None:
         self.forget(list(self._state))
 
-    def prime(self, devs: Sequence[Device], now: float) -> bool:
-        """Take a first sample of every device not sampled yet; True if any was taken.
+    def prime(self, devs: Sequence[Device], now: float, mig_gpus: Sequence[Device] = ()) -> bool:
+        """Take a first sample of every device not sampled yet (of ``devs``, whole GPUs
+        and MIG instances, and ``mig_gpus``, MIG-enabled GPUs); True if any was taken.
 
         The caller then waits MIN_GAP_S (``self.sleep``) once for all devices, and
         the next :meth:`read` of those devices returns values in the same cycle.
         Errors are left to :meth:`read`, which meets them again.
         """
-        if not self.fields:
-            return False
         taken = False
-        for dev in devs:
-            if dev.key in self._state or not self._supported_quietly(dev):
+        wanted = [(d, False) for d in devs] + [(g, True) for g in mig_gpus]
+        for dev, mig_gpu in wanted:
+            if not self.selection(dev, mig_gpu) or dev.key in self._state:
+                continue
+            if not self._supported_quietly(dev):
                 continue
             try:
                 st = self._state[dev.key] = _State(self.session)
@@ -131,9 +146,11 @@ class GpmReader:
         else:
             self.session.c_call("nvmlGpmSampleGet", dev.handle, sample)
 
-    def read(self, dev: Device, now: float) -> dict[str, float]:
-        """Sample ``dev`` and return metrics against its previous sample ({} on the first)."""
-        if not self.fields or not self.supported(dev.parent or dev):
+    def read(self, dev: Device, now: float, mig_gpu: bool = False) -> dict[str, float]:
+        """Sample ``dev`` and return metrics against its previous sample ({} on the first);
+        ``mig_gpu``: ``dev`` is a MIG-enabled GPU, read for its GPU-level metrics."""
+        fields = self.selection(dev, mig_gpu)
+        if not fields or not self.supported(dev.parent or dev):
             return {}
         st = self._state.get(dev.key)
         fresh = st is None
@@ -152,7 +169,7 @@ class GpmReader:
         st.taken = now
         if fresh:
             return {}
-        return self._metrics(st, quiet=primed)
+        return self._metrics(st, self._request(fields), quiet=primed)
 
     @staticmethod
     def _failed(err: NvmlProblem) -> dict[str, float]:
@@ -163,45 +180,55 @@ class GpmReader:
             return {}
         raise err
 
-    def _request(self) -> N.c_nvmlGpmMetricsGet_t:
-        """One request struct, reused: it holds room for every GPM metric (~19 KiB), and
-        building it each call was the largest cost of a cycle in the benchmarks."""
-        if self._req is None:
-            req = N.c_nvmlGpmMetricsGet_t()
-            req.version = N.NVML_GPM_METRICS_GET_VERSION
-            req.numMetrics = len(self.fields)
-            for i, f in enumerate(self.fields):
-                req.metrics[i].metricId = f.gpm_metric
-            self._entries = [(f.name, f.scale, f) for f in self.fields]
-            # Each metric's (nvmlReturn, value), unpacked from the request's buffer in one go.
-            size = ctypes.sizeof(N.c_nvmlGpmMetric_t)
-            gap = _VALUE.offset - _RET.offset - 4
-            one = f"{_RET.offset}xI{gap}xd{size - _VALUE.offset - 8}x"
-            self._unpack = struct.Struct("<" + one * len(self.fields))
-            self._req = req
-        return self._req
+    def _request(self, fields: tuple[Field, ...]) -> _Request:
+        """The request for these metrics, built once and reused: it holds room for every
+        GPM metric (~19 KiB), and building it each call was the largest cost of a cycle
+        in the benchmarks."""
+        req = self._requests.get(id(fields))
+        if req is None:
+            req = self._requests[id(fields)] = _Request(fields)
+        return req
 
-    def _metrics(self, st: _State, quiet: bool = False) -> dict[str, float]:
+    def _metrics(self, st: _State, req: _Request, quiet: bool = False) -> dict[str, float]:
         """Metrics between the two samples. ``quiet``: the pair came from priming; if
         the driver finds it too close (a clock that did not move during the wait), the
         values come next cycle and nothing is counted."""
-        req = self._request()
         put = ctypes.Structure.__setattr__  # past pynvml's wrapper, which only encodes str
-        put(req, "sample1", st.spare)  # older sample
-        put(req, "sample2", st.prev)
+        put(req.get, "sample1", st.spare)  # older sample
+        put(req.get, "sample2", st.prev)
         try:
             got = self.session.c_call(
-                "nvmlGpmMetricsGet", ctypes.byref(req), empty=_TOO_CLOSE if quiet else ()
+                "nvmlGpmMetricsGet", ctypes.byref(req.get), empty=_TOO_CLOSE if quiet else ()
             )
         except NvmlProblem as e:
             return self._failed(e)
         if not got:
             return {}
         out = {}
-        raw = self._unpack.unpack_from(req, _METRICS)
+        raw = req.unpack.unpack_from(req.get, _METRICS)
         ok = N.NVML_SUCCESS
-        for (name, scale, f), ret, value in zip(self._entries, raw[::2], raw[1::2], strict=True):
-            if ret == ok:
+        for (name, scale, f), ret, value in zip(req.entries, raw[::2], raw[1::2], strict=True):
+            if ret == ok and value == value:  # NaN != NaN: DCGM blanks a NaN metric
                 # f.convert for the ratios and rates GPM gives (float, scaled), inline
                 out[name] = value * scale if not f.integer and scale != 1.0 else f.convert(value)
         return out
+
+
+class _Request:
+    """One nvmlGpmMetricsGet request for a set of metrics, and how to unpack its answer."""
+
+    __slots__ = ("entries", "get", "unpack")
+
+    def __init__(self, fields: tuple[Field, ...]) -> None:
+        get = N.c_nvmlGpmMetricsGet_t()
+        get.version = N.NVML_GPM_METRICS_GET_VERSION
+        get.numMetrics = len(fields)
+        for i, f in enumerate(fields):
+            get.metrics[i].metricId = f.gpm_metric
+        self.get = get
+        self.entries = [(f.name, f.scale, f) for f in fields]  # (name, scale, field) per metric
+        # Each metric's (nvmlReturn, value), unpacked from the request's buffer in one go.
+        size = ctypes.sizeof(N.c_nvmlGpmMetric_t)
+        gap = _VALUE.offset - _RET.offset - 4
+        one = f"{_RET.offset}xI{gap}xd{size - _VALUE.offset - 8}x"
+        self.unpack = struct.Struct("<" + one * len(fields))

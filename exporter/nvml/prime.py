@@ -28,7 +28,7 @@ def prime_new_devices(
     gpus = [g for g in inv.gpus if not skip(g.key)]
     entities = [e for e in inv.entities() if not skip((e.parent or e).key)]
     fields = reader.prime(gpus)
-    profs = gpm.prime(entities, now)
+    profs = gpm.prime(entities, now, [g for g in gpus if g.key in inv.mig_enabled])
     if not (fields or profs):
         return 0.0
     gpm.sleep(MIN_GAP_S)

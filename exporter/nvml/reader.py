@@ -3,7 +3,11 @@
 Per device, the fields that have an NVML field id go into one
 ``nvmlDeviceGetFieldValues`` call, and fields that share a driver call (GPU_UTIL
 and MEM_COPY_UTIL, the four framebuffer fields) share one call. A field the
-device cannot serve is logged once and never asked for again on that device.
+device cannot serve (NOT_SUPPORTED, or INVALID_ARGUMENT for a field id its driver
+does not know) is read its fallback way from then on where it has one, else logged
+once and not asked for again on that device, until :meth:`FieldReader.recheck`
+(its MIG mode changed). An ECC entry NVML left untouched (NVIDIA bug 2009232, ECC
+off: timestamp and latency 0) is NOT_SUPPORTED, as DCGM takes it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import pynvml as N
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Call, Field, Scope, Source
 from exporter.nvml.rates import Sample, counter_rate
-from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable
+from exporter.nvml.session import CallFailed, NvmlProblem, Session, Unavailable, code_name
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +41,14 @@ _READ = {
 
 
 def _layout() -> str:
-    """struct format of one c_nvmlFieldValue_t: fieldId, timestamp, valueType, nvmlReturn
-    and the value's 8 bytes as an unsigned integer, the rest skipped."""
+    """struct format of one c_nvmlFieldValue_t: fieldId, timestamp, latencyUsec, valueType,
+    nvmlReturn and the value's 8 bytes as an unsigned integer, the rest skipped."""
     t = N.c_nvmlFieldValue_t
     out, at = "", 0
     for name, code in (
         ("fieldId", "I"),
         ("timestamp", "q"),
+        ("latencyUsec", "q"),
         ("valueType", "I"),
         ("nvmlReturn", "I"),
         ("value", "Q"),
@@ -66,6 +71,9 @@ _SIGNED = frozenset({"sllVal", "siVal"})
 _INTEGER = {**_READ, N.NVML_VALUE_TYPE_DOUBLE: "ullVal"}  # integer member per value type
 # value types whose member is the 8 bytes as an unsigned integer, as unpacked
 _AS_IS = frozenset(k for k, a in _READ.items() if _BITS.get(a) == 64 and a not in _SIGNED)
+_LACKING = frozenset({N.NVML_ERROR_NOT_SUPPORTED, N.NVML_ERROR_INVALID_ARGUMENT})
+_ECC_IDS = range(1, 32)  # ECC and retired-page field ids, which ECC off can leave unset
+_UNSET = "left unset (ECC is off)"
 
 
 class _Request:
@@ -120,6 +128,7 @@ class FieldReader:
         self.session = session
         self._plans: dict[tuple[str, Scope], _Plan] = {}
         self._off: dict[str, set[str]] = {}
+        self._alt: dict[str, dict[str, Field]] = {}  # device key -> field name -> fallback
         self._prev: dict[tuple[str, str], Sample] = {}  # (device key, field) -> last counter
         self._static: dict[tuple[str, Call], Any] = {}  # (device key, static call) -> answer
         self.set_fields(fields)
@@ -134,13 +143,25 @@ class FieldReader:
     def forget(self, keys: Iterable[str]) -> None:
         """Drop plans of devices that went away (a new MIG layout, a re-initialised driver)."""
         for key in keys:
-            self._off.pop(key, None)
+            self.recheck(key)
             for name in [n for k, n in self._prev if k == key]:
                 del self._prev[(key, name)]
             for call in [c for k, c in self._static if k == key]:
                 del self._static[(key, call)]
-            for scope in Scope:
-                self._plans.pop((key, scope), None)
+
+    def recheck(self, key: str) -> None:
+        """Ask the device for every field again: what it lacked may have been its mode
+        (utilization is NOT_SUPPORTED only while MIG is on)."""
+        self._off.pop(key, None)
+        self._alt.pop(key, None)
+        for scope in Scope:
+            self._plans.pop((key, scope), None)
+
+    def _fields(self, dev: Device, fields: Iterable[Field]) -> list[Field]:
+        """``fields`` as read on ``dev``: what it lacks left out, fallbacks in place."""
+        off = self._off.get(dev.key, ())
+        alt = self._alt.get(dev.key, {})
+        return [alt.get(f.name, f) for f in fields if f.name not in off]
 
     def prime(self, devs: Sequence[Device]) -> bool:
         """Read a first sample of the rate fields of devices that have none; True if any.
@@ -150,11 +171,10 @@ class FieldReader:
         """
         taken = False
         for dev in devs:
-            off = self._off.get(dev.key, ())
             fields = [
                 f
-                for f in self.device_fields
-                if f.rate and f.name not in off and (dev.key, f.name) not in self._prev
+                for f in self._fields(dev, self.device_fields)
+                if f.rate and f.source is Source.FIELD and (dev.key, f.name) not in self._prev
             ]
             ids = [fid for f in fields for fid in f.field_ids]
             if not ids:
@@ -180,9 +200,8 @@ class FieldReader:
         """Read this device's fields of ``scope``; DeviceLost/DriverGone propagate."""
         plan = self._plans.get((dev.key, scope))
         if plan is None:
-            off = self._off.get(dev.key, set())
             fields = self.device_fields if scope is Scope.DEVICE else self.instance_fields
-            plan = _Plan(f for f in fields if f.name not in off)
+            plan = _Plan(self._fields(dev, fields))
             self._plans[(dev.key, scope)] = plan
         out: dict[str, Value] = {}
         if plan.ids:
@@ -226,10 +245,13 @@ class FieldReader:
                 fid, stamp, ret, value = answer.next(f.integer)
                 stamp_us = stamp_us or stamp
                 if ret != N.NVML_SUCCESS:
-                    if ret == N.NVML_ERROR_NOT_SUPPORTED:
-                        lacking.append((f, f"field {fid}: NOT_SUPPORTED"))
+                    if ret in _LACKING:
+                        lacking.append((f, f"field {fid}: {code_name(ret)}"))
                     else:
                         self.session.count("nvmlDeviceGetFieldValues", ret)
+                    total = None
+                elif fid in _ECC_IDS and answer.unset():
+                    lacking.append((f, f"field {fid}: {_UNSET}"))
                     total = None
                 elif total is not None:
                     total += value
@@ -250,9 +272,14 @@ class FieldReader:
             out[f.name] = f.convert(r)
 
     def _disable(self, dev: Device, fields: list[Field], why: str) -> None:
+        """Read ``fields`` their fallback way on ``dev`` from now on, or not at all."""
         off = self._off.setdefault(dev.key, set())
+        alt = self._alt.setdefault(dev.key, {})
         for f in fields:
-            if f.name not in off:
+            if f.fallback is not None and f.name not in alt:
+                alt[f.name] = f.fallback
+                log.debug("%s on %s: %s; read another way", f.name, _where(dev), why)
+            elif f.name not in off:
                 off.add(f.name)
                 self.session.unsupported_field(f.name, _where(dev), why)
         for s in Scope:
@@ -270,20 +297,27 @@ def _value(v: Any, f: Field) -> Value:
 class _Answer:
     """The entries of one answered request, in order, read as :func:`_value` reads them."""
 
-    __slots__ = ("doubles", "n", "raw", "req")
+    __slots__ = ("doubles", "n", "raw", "req", "untouched")
 
     def __init__(self, req: _Request) -> None:
         self.req = req
         self.raw = req.entries.unpack_from(req.values)
         self.doubles: tuple[float, ...] = ()  # unpacked when a double is met
         self.n = 0
+        self.untouched = False
+
+    def unset(self) -> bool:
+        """Whether the entry :meth:`next` gave last is as the caller passed it: no time
+        stamp, no latency, value type 0 (DCGM's test for NVIDIA bug 2009232)."""
+        return self.untouched
 
     def next(self, integer: bool) -> tuple[int, int, int, Value]:
         """(fieldId, timestamp in us, nvmlReturn, value) of the next entry; the value is
         the union's member for its valueType (ullVal for an integer field's dVal)."""
         n = self.n
         self.n = n + 1
-        fid, stamp, kind, ret, bits = self.raw[5 * n : 5 * n + 5]
+        fid, stamp, latency, kind, ret, bits = self.raw[6 * n : 6 * n + 6]
+        self.untouched = stamp == 0 and latency == 0 and kind == N.NVML_VALUE_TYPE_DOUBLE
         if kind in _AS_IS:
             return fid, stamp, ret, bits
         if kind == N.NVML_VALUE_TYPE_DOUBLE and not integer:

@@ -5,9 +5,10 @@ Every pynvml call goes through :meth:`Session.call` (a field's :class:`Call`),
 function with prepared arguments, for the hottest calls), which count failures by function and
 code (``gpu_exporter_nvml_errors_total``) and map NVML's error codes to the
 things a caller acts on, all :class:`NvmlProblem`: the value is absent on this
-device (:class:`Unavailable`), the device is gone (:class:`DeviceLost`), the
-driver is gone and NVML must be re-initialised (:class:`DriverGone`), or this
-call failed this time (:class:`CallFailed`).
+device (:class:`Unavailable`, also when the driver or pynvml lacks the function),
+the device is gone (:class:`DeviceLost`), NVML itself is unusable
+(:class:`DriverGone`: the process must restart, since pynvml never loads the library
+again), or this call failed this time (:class:`CallFailed`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,9 @@ class DeviceLost(NvmlProblem):
 
 
 class DriverGone(NvmlProblem):
-    """NVML itself is unusable (driver unloaded or replaced); re-initialise."""
+    """NVML itself is unusable (no driver, a library of another version than the kernel
+    module, NVML shut down): only a new process, with the library then installed, can
+    use it again."""
 
 
 class CallFailed(NvmlProblem):
@@ -89,14 +92,19 @@ class Session:
         self._summarized = False
 
     def open(self) -> None:
-        """Initialise NVML; raises :class:`DriverGone` with NVML's reason if it cannot."""
+        """Initialise NVML; raises :class:`DriverGone` with NVML's reason if it cannot.
+
+        NVML_INIT_FLAG_NO_GPUS: a node with no visible GPU initialises (with 0 GPUs)
+        rather than failing with GPU_NOT_FOUND.
+        """
         try:
-            N.nvmlInit()
+            N.nvmlInitWithFlags(N.NVML_INIT_FLAG_NO_GPUS)
             self.driver_version = _text(N.nvmlSystemGetDriverVersion())
             self.nvml_version = _text(N.nvmlSystemGetNVMLVersion())
         except N.NVMLError as e:
             self.count("nvmlInit", e.value)
-            raise DriverGone(f"NVML init failed: {e}", "nvmlInit", e.value) from None
+            why = f"NVML init failed: {e} ({code_name(e.value)})"
+            raise DriverGone(why, "nvmlInit", e.value) from None
         self.up = True
 
     def close(self) -> None:
@@ -107,10 +115,11 @@ class Session:
                 N.nvmlShutdown()
 
     def call(self, call: Call, handle: Any = None) -> Any:
-        """Run one NVML call (falling back to ``call.fallback`` if the driver lacks it)."""
+        """Run one NVML call (falling back to ``call.fallback`` if the driver or pynvml
+        lacks it)."""
         offer()
-        fn = getattr(N, call.function)
         try:
+            fn = _wrapper(call.function)
             if call.system:
                 return fn(*call.args)
             return fn(handle, *call.args)
@@ -128,7 +137,7 @@ class Session:
         """
         offer()
         try:
-            return getattr(N, function)(*args)
+            return _wrapper(function)(*args)
         except N.NVMLError as e:
             if e.value in empty:
                 return None
@@ -208,6 +217,15 @@ class Session:
     def error_counts(self) -> tuple[tuple[str, str, int], ...]:
         with self._lock:
             return tuple((f, c, n) for (f, c), n in sorted(self.errors.items()))
+
+
+def _wrapper(function: str) -> Any:
+    """pynvml's wrapper of an NVML function; a pynvml release without it answers as a
+    driver without the function does (FUNCTION_NOT_FOUND), so fallbacks apply."""
+    fn = getattr(N, function, None)
+    if fn is None:
+        raise N.NVMLError(N.NVML_ERROR_FUNCTION_NOT_FOUND)
+    return fn
 
 
 def _text(v: str | bytes) -> str:

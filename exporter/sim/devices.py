@@ -119,10 +119,6 @@ class Device:
         """(process, GPU instance id, compute instance id) per running process."""
         raise NotImplementedError
 
-    def traffic_share(self) -> float:
-        """This device's share (0..1) of its GPU's PCIe/NVLink traffic."""
-        raise NotImplementedError
-
 
 @dataclass(eq=False, kw_only=True)
 class MigState(Device):
@@ -155,9 +151,6 @@ class MigState(Device):
         total = self.spec.profile.memory_mib * MiB
         used = self.used_mib * MiB
         return total, 0, total - used, used
-
-    def traffic_share(self) -> float:
-        return self.spec.profile.slices / COMPUTE_SLICES
 
 
 @dataclass(eq=False, kw_only=True)
@@ -378,9 +371,6 @@ class GpuState(Device):
         if self.mig_enabled:
             return [row for m in self.migs for row in m.process_rows()]
         return [(p, NA, NA) for p in self.processes]
-
-    def traffic_share(self) -> float:
-        return 1.0
 
     def supported_events(self) -> int:
         extra = pynvml.nvmlEventMigConfigChange if self.model.mig_capable else 0

@@ -9,6 +9,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,22 @@ from exporter.sim.faultkinds import KINDS
 from exporter.sim.faults import Fault
 from exporter.sim.fleet import Fleet, coerce
 from exporter.sim.gpm import GpmSamples
+from exporter.sim.kmsg import KernelLog
 from exporter.sim.library import SimLibrary
 
 _INF = math.inf
+
+
+@dataclass
+class ModuleState:
+    """The kernel module and the user-space library: versions and a pending unload."""
+
+    installed: str  # the driver on disk: what a process starting now loads
+    loaded: str | None = None  # the kernel module's version; None while unloaded
+    process: str | None = None  # the library this process loaded at its first nvmlInit
+    load_at: float = _INF  # when an unloaded module is loaded again
+    pending_unload: float | None = None  # an unload waiting for NVML's clients (its duration)
+    refused_unloads: int = 0  # rmmod attempts refused because NVML was in use
 
 
 class SimDriver:
@@ -39,6 +53,7 @@ class SimDriver:
         fleet: Fleet,
         clock: Callable[[], float] | None = None,
         latency: bool | None = None,
+        kernel_log: str | Path | None = None,
     ) -> None:
         self.fleet = fleet
         self.clock = clock or time.monotonic
@@ -53,9 +68,9 @@ class SimDriver:
         self.handles: dict[bytes, Device] = {}
         for gpu in self.gpus:
             self.register(gpu)
-        self.init_count = 0
-        self.unloaded_until = -_INF
-        self.unloaded_code = pynvml.NVML_ERROR_DRIVER_NOT_LOADED  # what calls return meanwhile
+        self.init_count = 0  # this process's nvmlInit calls not yet shut down
+        self.module = ModuleState(fleet.driver_version, fleet.driver_version)
+        self.kernel_log = KernelLog(kernel_log) if kernel_log is not None else None
         self.slow_rules: dict[str, list[tuple[int | None, float, float, float]]] = {}
         self.unsupported_functions: set[str] = set()  # node-wide not_supported faults
         self.events = EventHub()
@@ -147,6 +162,64 @@ class SimDriver:
         for mig in getattr(dev, "migs", ()):
             self.handles[mig.key] = mig
 
+    # ---- the kernel module and this process's library --------------------------
+
+    def node_error(self, now: float) -> int:
+        """The code every call returns now (driver not loaded, library and module of
+        different versions, not initialised), or SUCCESS (lock held)."""
+        module = self.module
+        if module.loaded is None:
+            if now < module.load_at:
+                return pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+            module.loaded, module.load_at = module.installed, _INF
+        if module.process is not None and module.process != module.loaded:
+            return pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH
+        if not self.init_count:
+            return pynvml.NVML_ERROR_UNINITIALIZED
+        return pynvml.NVML_SUCCESS
+
+    def versions(self) -> tuple[str, str]:
+        """(driver version, NVML version) that nvmlSystemGet*Version report now."""
+        version = self.module.loaded or self.module.installed
+        if version == self.fleet.driver_version:
+            return version, self.fleet.nvml_version
+        return version, f"{self.fleet.cuda_driver_version // 1000}.{version}"
+
+    def unload(self, now: float, duration: float) -> None:
+        """rmmod, then modprobe of the installed driver after ``duration`` s: refused while
+        NVML is initialised (the module is in use), and done when the last client shuts
+        NVML down (lock held)."""
+        module = self.module
+        if self.init_count:
+            module.refused_unloads += 1
+            module.pending_unload = duration
+            return
+        module.loaded, module.load_at, module.pending_unload = None, now + duration, None
+        for es in self.events.sets.values():  # a new module knows no old event set
+            es.freed = True
+        self.events.sets.clear()
+        self.cond.notify_all()
+
+    def released(self, now: float) -> None:
+        """NVML's last client let go: a waiting unload happens now (lock held)."""
+        pending = self.module.pending_unload
+        if not self.init_count and pending is not None:
+            self.unload(now, pending)
+
+    def restart_process(self) -> SimLibrary:
+        """The process using NVML exits and a new one starts (a container restart): the
+        old one's NVML holds go, the new one loads the library installed now."""
+        with self.lock:
+            self.init_count = 0
+            self.released(self.now())
+            self.module.process = None
+            self.library = SimLibrary(self)
+        with pynvml.libLoadLock:
+            pynvml.nvmlLib = self.library
+            pynvml._nvmlGetFunctionPointer_cache.clear()
+            pynvml._nvmlLib_refcount = 0
+        return self.library
+
     def close(self) -> None:
         """Stop: wake event waiters and detach from the clock."""
         with self.lock:
@@ -165,15 +238,17 @@ def install(
     *,
     clock: Callable[[], float] | None = None,
     latency: bool | None = None,
+    kernel_log: str | Path | None = None,
 ) -> SimDriver:
     """Make pynvml talk to a simulated driver; returns it. Replaces any earlier install.
 
     fleet: a Fleet, a fleet file path, a mapping shaped like one, or None for
     fleets/default.yaml. clock: zero-argument seconds (default time.monotonic);
-    sim time 0 is now. latency: override the fleet's latency.enabled.
+    sim time 0 is now. latency: override the fleet's latency.enabled. kernel_log: a
+    file the driver appends its kernel messages to, as /dev/kmsg records (XIDs).
     """
     global _current
-    driver = SimDriver(coerce(fleet), clock=clock, latency=latency)
+    driver = SimDriver(coerce(fleet), clock=clock, latency=latency, kernel_log=kernel_log)
     uninstall()
     with pynvml.libLoadLock:
         pynvml.nvmlLib = driver.library

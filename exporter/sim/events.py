@@ -1,4 +1,5 @@
-"""NVML event sets: XID (and ECC, MIG-change) events delivered through nvmlEventSetWait_v2.
+"""NVML event sets: XID (and ECC, MIG-change) events delivered through nvmlEventSetWait_v2
+(or nvmlEventSetWait, whose event data lacks the MIG instance ids).
 
 An event reaches a set when the set registered the event's GPU for its type
 before the event happened. nvmlEventSetWait_v2 blocks on the driver's
@@ -115,6 +116,16 @@ def register_events(drv: SimDriver, gpu: GpuState, now: float, types: Any, set_h
 
 @calls.raw("nvmlEventSetWait_v2")
 def event_set_wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
+    return _wait(drv, set_handle, data_ref, timeout_ms, v2=True)
+
+
+@calls.raw("nvmlEventSetWait")
+def event_set_wait_v1(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
+    """The first version: nvmlEventData_t without gpuInstanceId and computeInstanceId."""
+    return _wait(drv, set_handle, data_ref, timeout_ms, v2=False)
+
+
+def _wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any, v2: bool) -> int:
     deadline = time.monotonic() + value(timeout_ms) / 1000.0
     manual = isinstance(drv.clock, ManualClock)
     key = _key(set_handle)
@@ -123,18 +134,19 @@ def event_set_wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: A
             now = drv.now()
             if now >= drv.next_fault_at:
                 drv.apply_due(now)
-            if now < drv.unloaded_until:
-                return drv.unloaded_code
-            if not drv.init_count:
-                return pynvml.NVML_ERROR_UNINITIALIZED
+            error = drv.node_error(now)
+            if error:
+                return error
             es = drv.events.sets.get(key)
             if es is None or es.freed:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT
-            if es.queue:
-                _fill(out(data_ref), es.queue.popleft())
-                return pynvml.NVML_SUCCESS
+            # The set answers for all its GPUs: one fallen off the bus fails every wait,
+            # whatever the set holds for the others.
             if any(drv.gpus[i].lost for i in es.registered):
                 return pynvml.NVML_ERROR_GPU_IS_LOST
+            if es.queue:
+                _fill(out(data_ref), es.queue.popleft(), v2)
+                return pynvml.NVML_SUCCESS
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return pynvml.NVML_ERROR_TIMEOUT
@@ -144,12 +156,13 @@ def event_set_wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: A
             drv.cond.wait(remaining)
 
 
-def _fill(data: Any, event: Event) -> None:
+def _fill(data: Any, event: Event, v2: bool) -> None:
     ctypes.memmove(ctypes.addressof(data) + _DEVICE_OFFSET, event.gpu.key, len(event.gpu.key))
     data.eventType = event.type
     data.eventData = event.data
-    data.gpuInstanceId = event.gi
-    data.computeInstanceId = event.ci
+    if v2:
+        data.gpuInstanceId = event.gi
+        data.computeInstanceId = event.ci
 
 
 def _key(handle: Any) -> bytes:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import pynvml
 
-from exporter.sim import fabricspec
+from exporter.sim import fabricspec, kmsg
 from exporter.sim.schema import Reader, join
 
 if TYPE_CHECKING:
@@ -23,9 +23,14 @@ if TYPE_CHECKING:
     from exporter.sim.driver import SimDriver
     from exporter.sim.faults import Fault
 
-# What a driver_unloaded fault's calls return: the module unloaded, user space and kernel
-# module from different driver versions (mid-upgrade), NVML shut down under the caller.
-DRIVER_CODES = ("DRIVER_NOT_LOADED", "LIB_RM_VERSION_MISMATCH", "UNINITIALIZED")
+# XIDs the driver reports in the kernel log but not through NVML events: DCGM 4.x reads
+# exactly these from /dev/kmsg (a GPU off the bus, GSP timeouts and errors).
+KERNEL_LOG_ONLY = frozenset({79, 119, 120})
+_XID_TEXT = {
+    79: "GPU has fallen off the bus.",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP!",
+    120: "GSP task timeout @ pc:0x0, task: 1",
+}
 
 LayoutParser = Callable[[Any, str, int], Any]
 
@@ -155,26 +160,45 @@ class Slow(FaultKind):
 
 
 class DriverUnloaded(FaultKind):
+    """rmmod, and modprobe of the same driver ``duration`` s later. Linux refuses to unload
+    a module in use: while NVML is initialised the unload waits for its last client."""
+
     name = "driver_unloaded"
-    keys = ("duration", "code")
+    keys = ("duration",)
+    gpu = "forbidden"
+
+    def parse(self, ctx: ParseContext) -> dict[str, Any]:
+        duration = ctx.need("duration", "seconds until it is back", ctx.reader.number, lo=0)
+        return {"duration": duration}
+
+    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        driver.unload(_at(f), _need(f.duration, "duration"))
+
+
+class DriverUpgrade(FaultKind):
+    """A new driver installed: its library replaces the old one on disk at once (processes
+    started from now on load it); with ``reload`` (default) the module is then unloaded
+    once NVML's clients let go, and the new one loaded ``duration`` s later. Until a
+    process restarts, its library stays the old one."""
+
+    name = "driver_upgrade"
+    keys = ("version", "duration", "reload")
     gpu = "forbidden"
 
     def parse(self, ctx: ParseContext) -> dict[str, Any]:
         r = ctx.reader
-        duration = ctx.need("duration", "seconds until it is back", r.number, lo=0)
-        code = ctx.get("code", r.string)
-        if code not in (None, *DRIVER_CODES):
-            ctx.fail("code", f"use one of {', '.join(DRIVER_CODES)}")
-        return {"duration": duration, "code": code}
+        version = ctx.need("version", "the new driver version", r.string)
+        reload = ctx.get("reload", r.boolean)
+        return {
+            "version": version,
+            "duration": ctx.get("duration", r.number, lo=0) or 0.0,
+            "reload": True if reload is None else reload,
+        }
 
     def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
-        driver.unloaded_until = max(driver.unloaded_until, _end(f))
-        driver.unloaded_code = getattr(pynvml, f"NVML_ERROR_{f.code or 'DRIVER_NOT_LOADED'}")
-        if f.code == "UNINITIALIZED":
-            driver.init_count = 0  # NVML was shut down: calls fail until nvmlInit
-        for es in driver.events.sets.values():  # a reloaded driver knows no old event set
-            es.freed = True
-        driver.events.sets.clear()
+        driver.module.installed = _need(f.version, "version")
+        if f.reload:
+            driver.unload(_at(f), f.duration or 0.0)
 
 
 class Xid(FaultKind):
@@ -190,14 +214,25 @@ class Xid(FaultKind):
         return {"xid": xid, "gi": gi, "count": ctx.get("count", r.integer, lo=1) or 1}
 
     def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+        """The driver logs every XID to the kernel log; NVML events carry all but
+        KERNEL_LOG_ONLY, and one naming a MIG instance reaches only callers allowed to
+        watch MIG instances (nvmlEventSetWait_v2: without the privilege, only events
+        that affect the whole device are reported)."""
         assert gpu is not None
+        xid = _need(f.xid, "xid")
+        if driver.kernel_log is not None:
+            text = kmsg.xid_text(gpu.spec.pci_bus_id, xid, _XID_TEXT.get(xid, "Graphics Exception"))
+            for _ in range(f.count):
+                driver.kernel_log.write(text)
+        if xid in KERNEL_LOG_ONLY or (f.gi is not None and not driver.fleet.mig_monitor):
+            return
         ci = None
         if f.gi is not None:
             mig = gpu.mig_by_gi(f.gi)
             ci = mig.ci if mig is not None else 0
-        xid = pynvml.nvmlEventTypeXidCriticalError
+        kind = pynvml.nvmlEventTypeXidCriticalError
         for _ in range(f.count):
-            driver.events.publish(gpu, xid, _need(f.xid, "xid"), _at(f), f.gi, ci)
+            driver.events.publish(gpu, kind, xid, _at(f), f.gi, ci)
 
 
 class MigReconfigure(FaultKind):
@@ -295,6 +330,7 @@ KINDS: dict[str, FaultKind] = {
         Xid,
         Slow,
         DriverUnloaded,
+        DriverUpgrade,
         MigReconfigure,
         EccDbe,
         Overheat,

@@ -11,10 +11,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.sim.faultkinds import DRIVER_CODES, KINDS, LayoutParser, ParseContext
+from exporter.sim.faultkinds import KERNEL_LOG_ONLY, KINDS, LayoutParser, ParseContext
 from exporter.sim.schema import Reader, join
 
-__all__ = ["DRIVER_CODES", "KIND_KEYS", "Fault", "LayoutParser", "parse_fault"]
+__all__ = ["KERNEL_LOG_ONLY", "KIND_KEYS", "Fault", "LayoutParser", "parse_fault"]
 
 # Keys each kind takes besides kind, at and gpu.
 KIND_KEYS: dict[str, tuple[str, ...]] = {name: kind.keys for name, kind in KINDS.items()}
@@ -24,9 +24,9 @@ KIND_KEYS: dict[str, tuple[str, ...]] = {name: kind.keys for name, kind in KINDS
 class Fault:
     """One fault, at sim time `at` seconds (None: now when injected, 0 in a fleet file).
 
-    kind: lost | not_supported | xid | slow | driver_unloaded | mig_reconfigure |
-    ecc_dbe | overheat | fabric. `gpu` is the GPU index (all GPUs when None, for
-    not_supported, slow and fabric). See docs/simulator.md for what each kind does.
+    kind: lost | not_supported | xid | slow | driver_unloaded | driver_upgrade |
+    mig_reconfigure | ecc_dbe | overheat | fabric. `gpu` is the GPU index (all GPUs when
+    None, for not_supported, slow and fabric). See docs/simulator.md for what each kind does.
     """
 
     kind: str
@@ -43,6 +43,8 @@ class Fault:
     mig: Any = None
     code: str | None = None
     fabric: Any = None  # a fabric fault's change (exporter/sim/fabricspec.py)
+    version: str | None = None
+    reload: bool = True
 
     def as_raw(self) -> dict[str, Any]:
         """The fault as a fleet-file mapping (only the keys that were set)."""

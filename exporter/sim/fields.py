@@ -1,8 +1,13 @@
 """nvmlDeviceGetFieldValues: the batch API, one handler per supported field id.
 
 Each entry gets its own nvmlReturn; ids without a handler (or that the board
-lacks) come back NOT_SUPPORTED while the call itself succeeds. Timestamps are
-wall-clock microseconds of the sim instant.
+lacks) come back NOT_SUPPORTED while the call itself succeeds, ids the driver's
+branch does not know (exporter/sim/branches.py) INVALID_ARGUMENT. Timestamps are
+wall-clock microseconds of the sim instant. On a GPU with ECC turned off the ECC and
+retired-page entries (ids 3-31) are left as the caller passed them (NVIDIA bug
+2009232, which DCGM works around): nvmlReturn, timestamp and latency untouched.
+Blackwell answers NVLink errors in the NVLink5 counters (201-250, summed over
+links with scopeId 0xFFFFFFFF) and NOT_SUPPORTED for the older totals (38/45/52/59).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pynvml
 
 from exporter.sim import calls
+from exporter.sim.branches import branch
 from exporter.sim.calls import out, value
 from exporter.sim.devices import GpuState
 from exporter.sim.telemetry import threshold_c
@@ -26,6 +32,7 @@ NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 DOUBLE, UINT, ULONG, ULL, SLL, SINT, USHORT = range(7)
 _UNION = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 ALL_LINKS = 0xFFFFFFFF
+_ECC_UNINITIALISED = (3, 31)  # ECC counters and retired pages: untouched with ECC off
 
 Result = tuple[int, int, float | int]
 Handler = Callable[[GpuState, float, int], Result]
@@ -72,12 +79,17 @@ def _nvlink(g: GpuState) -> bool:
     return g.model.nvlinks > 0
 
 
+def _nvlink4(g: GpuState) -> bool:
+    """NVLink with the per-lane DL error totals (NVLink 4 and older: before Blackwell)."""
+    return _nvlink(g) and g.model.architecture < pynvml.NVML_DEVICE_ARCH_BLACKWELL
+
+
 _F = pynvml
 
 
 @_field(_F.NVML_FI_DEV_ECC_CURRENT, _F.NVML_FI_DEV_ECC_PENDING, vtype=UINT, when=_ecc)
 def _ecc_mode(g: GpuState, t: float) -> int:
-    return 1
+    return int(g.spec.ecc_enabled)
 
 
 @_field(_F.NVML_FI_DEV_ECC_SBE_VOL_TOTAL, vtype=ULL, when=_ecc)
@@ -121,10 +133,36 @@ def _retired_pending(g: GpuState, t: float) -> int:
     _F.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
     _F.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
     vtype=ULL,
-    when=_nvlink,
+    when=_nvlink4,
 )
 def _nvlink_errors(g: GpuState, t: float) -> int:
     return 0
+
+
+# NVLink5 counters per link (Blackwell): link recoveries, and errors FEC did not correct
+_NVLINK5_PER_LINK = {
+    213: 1,  # NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS
+    214: 0,  # ..._LINK_RECOVERY_FAILED_EVENTS
+    215: 1,  # ..._LINK_RECOVERY_EVENTS
+    219: 2,  # NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS
+}
+
+
+def _nvlink5(per_link: int) -> Handler:
+    def handler(g: GpuState, t: float, scope: int) -> Result:
+        if not _nvlink(g) or _nvlink4(g):
+            return NOT_SUPPORTED, ULL, 0
+        if scope == ALL_LINKS:
+            return OK, ULL, per_link * g.model.nvlinks
+        if scope >= g.model.nvlinks:
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, ULL, 0
+        return OK, ULL, per_link
+
+    return handler
+
+
+for _fid, _per_link in _NVLINK5_PER_LINK.items():
+    HANDLERS[_fid] = _nvlink5(_per_link)
 
 
 @_field(_F.NVML_FI_DEV_NVLINK_LINK_COUNT, vtype=UINT, when=_nvlink)
@@ -296,12 +334,19 @@ def field_values(drv: SimDriver, gpu: GpuState, now: float, count: Any, values_r
     stamp = drv.epoch_us(now)
     latency = round(drv.latency.default_us) if drv.latency.enabled else 0
     unsupported = gpu.unsupported_fields
+    known = branch(drv.fleet.driver_version).knows_field
+    ecc_off = gpu.model.features.ecc and not gpu.spec.ecc_enabled
     for i in range(n):
         entry = values[i]
         fid = entry.fieldId
+        if ecc_off and _ECC_UNINITIALISED[0] <= fid <= _ECC_UNINITIALISED[1]:
+            continue  # left as the caller passed it (NVIDIA bug 2009232)
         handler = HANDLERS.get(fid)
         entry.timestamp = stamp
         entry.latencyUsec = latency
+        if not known(fid):
+            entry.nvmlReturn = pynvml.NVML_ERROR_INVALID_ARGUMENT
+            continue
         if handler is None or fid in unsupported:
             entry.nvmlReturn = NOT_SUPPORTED
             continue

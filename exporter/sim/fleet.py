@@ -55,18 +55,10 @@ FLEETS_DIR = Path(__file__).with_name("fleets")
 DEFAULT_FLEET = FLEETS_DIR / "default.yaml"
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
-_TOP_KEYS = (
-    "hostname",
-    "driver_version",
-    "nvml_version",
-    "cuda_driver_version",
-    "latency",
-    "missing_functions",
-    "fabric",
-    "gpus",
-    "faults",
-)
-_GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "load", "processes", "mig", "fabric")
+_TOP_KEYS = ("hostname", "driver_version", "nvml_version", "cuda_driver_version", "latency",
+             "missing_functions", "fabric", "mig_monitor", "gpus", "faults")  # fmt: skip
+_GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "ecc", "load", "processes", "mig",
+             "fabric")  # fmt: skip
 _MIG_KEYS = ("profile", "gi", "ci", "index", "uuid", "load", "processes")
 _LOAD_KEYS = ("util", "mem_util", "mem_used_mib", "power", "swing", "period_s", "enc", "dec")
 _PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type")
@@ -85,6 +77,7 @@ class Fleet:
     faults: tuple[Fault, ...] = ()
     latency: LatencySpec = field(default_factory=LatencySpec)
     missing_functions: frozenset[str] = frozenset()
+    mig_monitor: bool = True  # the caller may watch MIG instances (root, CAP_SYS_ADMIN)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<fleet>") -> Fleet:
@@ -140,9 +133,7 @@ class _Loader:
             self._function(v, join("missing_functions", i), names)
             for i, v in enumerate(r.sequence(data.get("missing_functions"), "missing_functions"))
         )
-        raw_gpus = r.sequence(data["gpus"], "gpus")
-        if not raw_gpus:
-            r.fail("gpus", "a node needs at least one GPU")
+        raw_gpus = r.sequence(data["gpus"], "gpus")  # [] is a node with no GPU visible
         if data.get("fabric") is not None:
             self.fabric = fabricspec.parse_change(r, data["fabric"], "fabric")
         gpus = tuple(self.gpu(g, join("gpus", i), i) for i, g in enumerate(raw_gpus))
@@ -172,6 +163,7 @@ class _Loader:
             faults=faults,
             latency=self.latency(data.get("latency"), names),
             missing_functions=missing,
+            mig_monitor=r.boolean(data.get("mig_monitor", True), "mig_monitor"),
         )
 
     def fault(self, raw: Any, path: str, models: list[GpuModel]) -> Fault:
@@ -244,7 +236,12 @@ class _Loader:
             raw.get("fabric"),
             join(path, "fabric"),
         )
-        return GpuSpec(index, model, gpu_uuid, bus.upper(), serial, load, processes, layout, fabric)
+        ecc = r.boolean(raw.get("ecc", True), join(path, "ecc"))
+        if not ecc and not model.features.ecc:
+            r.fail(join(path, "ecc"), f"{model.name} has no ECC to turn off; remove 'ecc'")
+        return GpuSpec(
+            index, model, gpu_uuid, bus.upper(), serial, load, processes, layout, fabric, ecc
+        )
 
     def layout(self, raw: Any, path: str, model: GpuModel) -> tuple[MigSpec, ...] | None:
         r = self.r
@@ -343,8 +340,8 @@ class _Loader:
                 r.fail(join(ppath, "pid"), f"pid {pid} is listed twice on this device")
             pids.add(pid)
             kind = r.string(p.get("type", "compute"), join(ppath, "type"))
-            if kind not in ("compute", "graphics"):
-                r.fail(join(ppath, "type"), f"'{kind}' is not compute or graphics")
+            if kind not in ("compute", "graphics", "mps"):
+                r.fail(join(ppath, "type"), f"'{kind}' is not compute, graphics or mps")
             sm = r.number(p.get("sm_util", 0), join(ppath, "sm_util"), lo=0, hi=100)
             out.append(
                 ProcessSpec(

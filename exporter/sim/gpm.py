@@ -2,13 +2,17 @@
 
 A sample records sim time and the device's cumulative activity; a metric is
 the difference of two samples over their time difference, as in NVML. Each
-MIG instance has its own activity (from its processes / load).
+MIG instance has its own activity (from its processes / load); PCIe and NVLink
+traffic is the GPU's as a whole, on the GPU and on each of its instances alike
+(DCGM serves those metrics per GPU only). SM occupancy over an interval with no
+SM activity is NaN (occupancy per active cycle, of no cycle), as DCGM blanks it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,12 +35,11 @@ NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 _RATIOS = {
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 1.0,
     pynvml.NVML_GPM_METRIC_SM_UTIL: 0.92,
-    pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.45,
     pynvml.NVML_GPM_METRIC_INTEGER_UTIL: 0.08,
     pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: 0.55,
     pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL: 0.02,
     pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL: 0.5,
-    pynvml.NVML_GPM_METRIC_DMMA_TENSOR_UTIL: 0.01,
+    8: 0.01,  # NVML_GPM_METRIC_DMMA_TENSOR_UTIL (not named by pynvml before 13)
     pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL: 0.02,
     pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.04,
     pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.3,
@@ -83,9 +86,8 @@ class GpmSamples:
 def _record(s: Sample, dev: Device, t: float) -> None:
     gpu = dev.gpu
     traffic = gpu.model.traffic
-    share = dev.traffic_share()
     util_s = dev.activity.util.integral(t)
-    busy = util_s / 100.0 * MiB * share
+    busy = gpu.activity.util.integral(t) / 100.0 * MiB
     s.device, s.t, s.util_s, s.mem_ratio = dev, t, util_s, dev.activity.mem_ratio
     s.pcie = (traffic["pcie_tx"] * busy, traffic["pcie_rx"] * busy)
     s.nvlink = (traffic["nvlink_tx"] * busy, traffic["nvlink_rx"] * busy)
@@ -196,6 +198,9 @@ Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, byte
 def _metric(metric_id: int, links: int) -> Metric | None:
     """How to compute a metric between two samples of a device with `links` NVLinks."""
     ratio = _RATIOS.get(metric_id)
+    if metric_id == pynvml.NVML_GPM_METRIC_SM_OCCUPANCY:
+        info = _INFO[metric_id]
+        return lambda a, b, dt, util: (util * 0.45 if util > 0 else math.nan, info)
     if ratio is not None:
         info = _INFO.get(metric_id, _PERCENT_INFO)
         return lambda a, b, dt, util: (util * ratio, info)

@@ -5,7 +5,10 @@ NVML function is an attribute (a plain function, so pynvml may set .restype
 on it) wrapping the implementation with the checks a real driver makes:
 driver loaded, library initialized, handle valid, GPU not lost, function
 supported, plus the latency model and `slow` faults. A function the simulated
-driver lacks is simply not an attribute, so pynvml raises FunctionNotFound.
+driver lacks (its branch is older than the function, exporter/sim/branches.py, or the
+fleet names it in missing_functions) is simply not an attribute, so pynvml raises
+FunctionNotFound. One library stands for one process: a restarted process
+(SimDriver.restart_process) gets a new one.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pynvml
 
+from exporter.sim.branches import branch
 from exporter.sim.calls import Call, load_all, value
 from exporter.sim.latency import spin
 
@@ -24,7 +28,6 @@ if TYPE_CHECKING:
     from exporter.sim.driver import SimDriver
 
 SUCCESS = pynvml.NVML_SUCCESS
-UNINITIALIZED = pynvml.NVML_ERROR_UNINITIALIZED
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
@@ -40,8 +43,10 @@ class SimLibrary:
     def rebuild(self) -> None:
         """(Re)create the function attributes, e.g. after the latency model changed."""
         driver = self._driver
+        fleet = driver.fleet
+        missing = fleet.missing_functions | branch(fleet.driver_version).missing_functions
         for name, call in load_all().items():
-            if name in driver.fleet.missing_functions:
+            if name in missing:
                 self.__dict__.pop(name, None)
                 continue
             setattr(self, name, _wrap(driver, call))
@@ -77,11 +82,7 @@ def _node_error(driver: SimDriver, now: float) -> int:
     """Apply due faults; then the code every call returns now, or SUCCESS (lock held)."""
     if now >= driver.next_fault_at:
         driver.apply_due(now)
-    if now < driver.unloaded_until:
-        return driver.unloaded_code
-    if not driver.init_count:
-        return UNINITIALIZED
-    return SUCCESS
+    return driver.node_error(now)
 
 
 def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:

@@ -1,4 +1,9 @@
-"""Session and system functions: init/shutdown (reference counted, like NVML) and versions."""
+"""Session and system functions: init/shutdown (reference counted, like NVML) and versions.
+
+nvmlInit fails with GPU_NOT_FOUND on a node without a visible GPU unless called with
+NVML_INIT_FLAG_NO_GPUS; it fails as every call does while the kernel module is
+unloaded or of another version than the library (exporter/sim/driver.py).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ if TYPE_CHECKING:
     from exporter.sim.driver import SimDriver
 
 OK = pynvml.NVML_SUCCESS
+GPU_NOT_FOUND = pynvml.NVML_ERROR_GPU_NOT_FOUND
 
 
 def put_string(buf: Any, size: Any, text: str) -> int:
@@ -24,38 +30,44 @@ def put_string(buf: Any, size: Any, text: str) -> int:
     return OK
 
 
-def _init(drv: SimDriver) -> int:
+def _init(drv: SimDriver, flags: int) -> int:
     with drv.lock:
         now = drv.now()
         if now >= drv.next_fault_at:
             drv.apply_due(now)
-        if now < drv.unloaded_until:
-            return drv.unloaded_code
         if drv.closed:
             return pynvml.NVML_ERROR_UNINITIALIZED
+        module = drv.module
+        if module.process is None:  # the library is loaded at the process's first nvmlInit
+            module.process = module.installed
+        error = drv.node_error(now)
+        if error not in (OK, pynvml.NVML_ERROR_UNINITIALIZED):
+            return error
+        if not drv.gpus and not flags & pynvml.NVML_INIT_FLAG_NO_GPUS:
+            return GPU_NOT_FOUND  # no GPU visible: init fails unless asked not to
         drv.init_count += 1
         return OK
 
 
 @calls.raw("nvmlInitWithFlags")
 def init_with_flags(drv: SimDriver, flags: Any) -> int:
-    return _init(drv)
+    return _init(drv, value(flags))
 
 
 @calls.raw("nvmlInit_v2")
 def init_v2(drv: SimDriver) -> int:
-    return _init(drv)
+    return _init(drv, 0)
 
 
 @calls.raw("nvmlShutdown")
 def shutdown(drv: SimDriver) -> int:
     with drv.lock:
         now = drv.now()
-        if now < drv.unloaded_until:
-            return drv.unloaded_code
-        if not drv.init_count:
-            return pynvml.NVML_ERROR_UNINITIALIZED
+        error = drv.node_error(now)
+        if error != OK:
+            return error
         drv.init_count -= 1
+        drv.released(now)
         return OK
 
 
@@ -68,12 +80,12 @@ def error_string(drv: SimDriver, result: Any) -> bytes:
 
 @calls.system("nvmlSystemGetDriverVersion")
 def driver_version(drv: SimDriver, now: float, buf: Any, size: Any) -> int:
-    return put_string(buf, size, drv.fleet.driver_version)
+    return put_string(buf, size, drv.versions()[0])
 
 
 @calls.system("nvmlSystemGetNVMLVersion")
 def nvml_version(drv: SimDriver, now: float, buf: Any, size: Any) -> int:
-    return put_string(buf, size, drv.fleet.nvml_version)
+    return put_string(buf, size, drv.versions()[1])
 
 
 @calls.system("nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2")

@@ -25,7 +25,7 @@ class ProcessSpec:
     used_memory_mib: int
     sm_util: float
     mem_util: float
-    type: str  # "compute" or "graphics"
+    type: str  # "compute", "graphics" or "mps" (a client of the MPS server)
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ class GpuSpec:
     processes: tuple[ProcessSpec, ...]
     mig: tuple[MigSpec, ...] | None  # None: MIG disabled
     fabric: FabricSpec | None = None  # None: the board has no NVLink fabric
+    ecc_enabled: bool = True  # ECC mode, on boards that have ECC
 
 
 def digest(*parts: object) -> bytes:

@@ -174,7 +174,7 @@ def pcie_throughput(drv: SimDriver, gpu: GpuState, now: float, counter: Any, kb_
 def total_ecc_errors(
     drv: SimDriver, gpu: GpuState, now: float, error_type: Any, counter_type: Any, count_ref: Any
 ) -> int:
-    if not gpu.model.features.ecc:
+    if not gpu.model.features.ecc or not gpu.spec.ecc_enabled:
         return NOT_SUPPORTED
     kind, counter = value(error_type), value(counter_type)
     if kind not in (0, 1) or counter not in (0, 1):
@@ -312,7 +312,8 @@ def compute_mode(drv: SimDriver, gpu: GpuState, now: float, mode_ref: Any) -> in
 def ecc_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: Any) -> int:
     if not gpu.model.features.ecc:
         return NOT_SUPPORTED
-    out(current).value = out(pending).value = pynvml.NVML_FEATURE_ENABLED
+    mode = pynvml.NVML_FEATURE_ENABLED if gpu.spec.ecc_enabled else pynvml.NVML_FEATURE_DISABLED
+    out(current).value = out(pending).value = mode
     return OK
 
 

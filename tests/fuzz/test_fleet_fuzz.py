@@ -22,8 +22,8 @@ KEYS = [
     "faults", "missing_functions", "model", "uuid", "pci_bus_id", "serial", "load",
     "processes", "mig", "profile", "gi", "ci", "index", "util", "mem_util", "mem_used_mib",
     "power", "swing", "period_s", "pid", "used_memory_mib", "sm_util", "type", "kind", "at",
-    "gpu", "xid", "count", "function", "field", "seconds", "duration", "temp_c", "code",
-    "enabled", "default_us", "per_field_us", "functions",
+    "gpu", "xid", "count", "function", "field", "seconds", "duration", "temp_c", "version",
+    "reload", "mig_monitor", "ecc", "enabled", "default_us", "per_field_us", "functions",
 ]  # fmt: skip
 VALUES = yaml_like(KEYS)
 

@@ -149,18 +149,17 @@ def test_mig_reconfigured_at_run_time(node):
     assert snap.ok
 
 
-def test_driver_unloaded_then_recovers(node):
+def test_the_driver_cannot_unload_under_the_collector_until_it_closes(node):
+    """The exporter holds NVML, so rmmod is refused ("in use"): collection goes on; the
+    module goes when the exporter is stopped (evicted for an upgrade)."""
     driver, col, clock = node
     cycle(col, clock)
     driver.inject(Fault("driver_unloaded", duration=3.0))
     snap = cycle(col, clock)
-    assert not snap.ok and not snap.gpus
-    assert "NVML unusable" in snap.problems[0]
-    for _ in range(10):
-        snap = cycle(col, clock, 2.0)
-        if snap.ok:
-            break
     assert snap.ok and len(snap.gpus) == 8
+    assert driver.module.refused_unloads == 1 and driver.module.loaded is not None
+    col.close()
+    assert driver.module.loaded is None
 
 
 def test_xid_storm_counts_exactly(node):
@@ -234,7 +233,7 @@ def test_gpm_metrics_follow_a_metrics_file_reload(node):
         assert prof == {"DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_FP64_ACTIVE"}
 
 
-def test_board_limits_read_once_per_device_and_again_after_a_driver_reload(node):
+def test_board_limits_read_once_per_device(node):
     driver, col, clock = node
     first = cycle(col, clock)
     calls = instrument(driver).calls
@@ -244,10 +243,3 @@ def test_board_limits_read_once_per_device_and_again_after_a_driver_reload(node)
     assert calls["nvmlDeviceGetClockInfo"] > 0  # what moves is still read every cycle
     assert by_gpu(steady, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")
     assert len(by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")) == 8
-    driver.inject(Fault("driver_unloaded", duration=1.5))
-    snap = cycle(col, clock, 2.0)
-    while not snap.ok:
-        snap = cycle(col, clock, 2.0)
-    assert calls["nvmlDeviceGetTemperatureThreshold"] == 2 * 8  # slowdown and shutdown, per GPU
-    assert calls["nvmlDeviceGetMaxMigDeviceCount"] > 0
-    assert by_gpu(snap, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")

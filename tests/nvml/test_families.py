@@ -77,12 +77,12 @@ def test_xid_count_per_code_within_the_window(node):
     assert [(s.value, s.labels["window_size_in_ms"], "xid" in s.labels) for s in zero] == [
         (0, "300000", False)
     ]
-    driver.inject(Fault("xid", gpu=0, xid=79, count=3))
+    driver.inject(Fault("xid", gpu=0, xid=95, count=3))
     driver.inject(Fault("xid", gpu=0, xid=48, count=1))
     arrive(col, 4)
     text = cycle()
     got = {s.labels.get("xid"): s.value for s in find(text, XID_COUNT, gpu="0")}
-    assert got == {"48": 1, "79": 3}
+    assert got == {"48": 1, "95": 3}
     assert [s.value for s in find(text, XID_COUNT, gpu="1")] == [0]
     text = cycle(400.0)  # older than the 300 s window
     assert [s.labels.get("xid") for s in find(text, XID_COUNT, gpu="0")] == [None]

@@ -115,21 +115,21 @@ def test_xid_counts_over_the_window(node):
     assert counts.window_ms == 60000
     assert set(by_gpu(snap, counts)) == {(g.index, None) for g in snap.gpus}  # zero series
     assert set(by_gpu(snap, counts).values()) == {0}
-    driver.inject(Fault("xid", gpu=0, xid=79, count=3))
+    driver.inject(Fault("xid", gpu=0, xid=95, count=3))
     driver.inject(Fault("xid", gpu=2, xid=48, count=1))
     wait_for_xids(col, 4)
     clock.advance(30.0)
     snap = col.collect()
     got = by_gpu(snap, win.update(snap))
-    assert got[(0, "79")] == 3 and got[(2, "48")] == 1
+    assert got[(0, "95")] == 3 and got[(2, "48")] == 1
     assert (0, None) not in got and got[(1, None)] == 0
     clock.advance(20.0)  # still inside the 60 s window
     snap = col.collect()
-    assert by_gpu(snap, win.update(snap))[(0, "79")] == 3
+    assert by_gpu(snap, win.update(snap))[(0, "95")] == 3
     clock.advance(45.0)  # the XIDs are now older than the window
     snap = col.collect()
     got = by_gpu(snap, win.update(snap))
-    assert got[(0, None)] == 0 and (0, "79") not in got
+    assert got[(0, None)] == 0 and (0, "95") not in got
 
 
 def test_clock_events_counted_per_cycle_while_active(node):

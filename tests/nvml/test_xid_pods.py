@@ -52,10 +52,9 @@ def test_new_pod_does_not_inherit_old_xids():
 
 
 def test_a_gap_in_the_pod_map_keeps_the_holders_xids():
-    """After a driver outage the pod map lacks the MIG instances until the kubelet answers
-    again (the map is built from the devices NVML shows, none during the outage); in the
-    cycles in between the instance has no holder. Its holder's XIDs stay: only another
-    container taking the device ends them."""
+    """A cycle whose pod map lacks a MIG instance (the kubelet not answering, a map built
+    before the instance was seen) gives it no holder. Its holder's XIDs stay: only
+    another container taking the device ends them."""
     clock = ManualClock()
     driver = sim.install("exporter/sim/fleets/mixed.yaml", clock=clock, latency=False)
     col = Collector(load(default_metrics_file()), "n")
@@ -69,14 +68,11 @@ def test_a_gap_in_the_pod_map_keeps_the_holders_xids():
         wait_count(col, 2)
         held = [(mig.key, 31, pod[mig.key], 2)]
         assert keyed(counter.update(col.collect(), pod)) == held
-        driver.inject(Fault("driver_unloaded", duration=1.5))
-        clock.advance(1.0)
-        assert keyed(counter.update(col.collect(), {})) == held  # NVML gone
-        for _ in range(4):  # NVML back, the kubelet not answering yet: no holder
+        for _ in range(4):  # the kubelet not answering: no holder
             clock.advance(1.0)
             snap = col.collect()
             assert keyed(counter.update(snap, {})) == held
-        assert any(d.key == mig.key for d in snap.entities)  # the instance is back
+        assert any(d.key == mig.key for d in snap.entities)
         assert keyed(counter.update(col.collect(), pod)) == held  # the kubelet again
     finally:
         col.close()

@@ -1,23 +1,29 @@
-"""NVML faults in-process, one cycle at a time on a ManualClock: the driver going away
-with each of its error codes, and MIG reconfigured under a running cycle.
+"""NVML faults in-process, one cycle at a time on a ManualClock: NVML unusable in each
+way it can be, and MIG reconfigured under a running cycle.
 
-tests/nvml/test_collector.py covers the basic cases (lost GPU, DRIVER_NOT_LOADED
-once, MIG reconfigured between cycles, an XID burst); these add the recovery
-timing, the other error codes, stale handles and the series left behind.
+tests/nvml/test_collector.py covers the basic cases (lost GPU, an unload refused while
+NVML is held, MIG reconfigured between cycles, an XID burst), tests/nvml/
+test_driver_upgrade.py a driver upgrade; these add the exit, stale handles and the
+series left behind.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
+import pynvml
 import pytest
 
 from exporter import sim
 from exporter.catalog import load
-from exporter.collector import MAX_BACKOFF_S, Collector
+from exporter.collector import Collector
 from exporter.config import default_metrics_file
-from exporter.poller import Poller
+from exporter.poller import EXIT_NVML, Poller
 from exporter.sim.clock import ManualClock
-from exporter.sim.faults import DRIVER_CODES, Fault
+from exporter.sim.faults import Fault
 from tests.exposition import find
+from tests.procs import Exporter
 
 CATALOG = load(default_metrics_file())
 EPOCH = 1_700_000_000
@@ -50,63 +56,47 @@ def gpus_reporting(text: str) -> set[str]:
     return {s.labels["gpu"] for s in find(text, "DCGM_FI_DEV_POWER_USAGE")}
 
 
-@pytest.mark.parametrize("code", DRIVER_CODES)
-def test_driver_gone_and_back_recovers_without_restart(node, code):
-    """Each way the driver can go away: series go (no stale values served as fresh),
-    nvml_up says so, init is retried with backoff, and everything comes back."""
+@pytest.mark.parametrize("how", ["no driver", "another library", "shut down"])
+def test_nvml_unusable_ends_the_loop_with_one_line_and_no_values(node, how, caplog):
+    """Each way NVML is unusable as a whole: no series from that cycle on, one error line,
+    and the loop ends so that the process exits (the kubelet restarts it): pynvml loads
+    its library once per process, so nothing in-process could recover."""
     driver, poller, clock = node
-    col = poller.collector
-    before = step(poller, clock)
-    assert gpus_reporting(before) == {str(i) for i in range(8)}
-    xid_before = col.xid
-    driver.inject(Fault("driver_unloaded", duration=20.0, code=code))
-    inits = []
-    down_for = 0
-    for _ in range(60):
-        text = step(poller, clock)
-        if poller.snapshot.ok:
-            break
-        down_for += 1
-        assert find(text, "gpu_exporter_nvml_up")[0].value == 0
-        assert not find(text, "DCGM_FI_DEV_POWER_USAGE")  # no old values passed off as new
-        assert find(text, "gpu_exporter_gpus")[0].value == 0
-        inits.append(sum(n for f, _, n in col.session.error_counts() if f == "nvmlInit"))
-    assert poller.snapshot.ok, f"no recovery after {down_for} s"
-    # back within one backoff step of the driver's return: at most 20 s + 16 s
-    assert 20 <= down_for <= 20 + 16
-    # backoff: 1, 2, 4, 8, 16 s between init attempts, so a handful of tries, not 20
-    assert inits[-1] <= 6
-    text = step(poller, clock)
-    assert gpus_reporting(text) == {str(i) for i in range(8)}
-    assert find(text, "gpu_exporter_nvml_up")[0].value == 1
-    assert col.xid is xid_before  # same watcher, counts kept
-    errors = {(f, c) for f, c, _ in col.session.error_counts()}
-    assert any(c == code for _, c in errors), errors
-    # the XID watcher works again on the re-initialised driver
-    driver.inject(Fault("xid", gpu=3, xid=48))
-    for _ in range(50):
-        text = step(poller, clock, 0.1)
-        if find(text, "DCGM_EXP_XID_ERRORS_TOTAL", gpu="3", xid="48"):
-            break
-    assert [s.value for s in find(text, "DCGM_EXP_XID_ERRORS_TOTAL", gpu="3", xid="48")] == [1]
-
-
-def test_backoff_is_capped(node):
-    """A driver gone for 10 minutes: init is retried at most every 30 s, and the first
-    cycle after the driver is back (plus at most one backoff) recovers."""
-    driver, poller, clock = node
-    col = poller.collector
-    step(poller, clock)
-    driver.inject(Fault("driver_unloaded", duration=600.0))
-    attempts = 0
-    for _ in range(600 + int(MAX_BACKOFF_S) + 2):
+    if how == "shut down":  # NVML shut down under the running exporter
         step(poller, clock)
-        if poller.snapshot.ok:
-            break
-    attempts = sum(n for f, _, n in col.session.error_counts() if f == "nvmlInit")
-    assert poller.snapshot.ok
-    # 1+2+4+8+16 s, then every 30 s: about 24 attempts in 10 minutes, never one a cycle
-    assert 15 <= attempts <= 30
+        before = poller.exposition.plain
+        pynvml.nvmlShutdown()
+    else:  # at start: the module unloaded, or a library the module does not match
+        fault = {
+            "no driver": Fault("driver_unloaded", duration=600),
+            "another library": Fault("driver_upgrade", version="580.105.08", reload=False),
+        }[how]
+        driver.inject(fault)
+        driver.restart_process()
+        before = poller.exposition.plain
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(asyncio.wait_for(poller.run(), timeout=10))
+    assert poller.exit_status == EXIT_NVML
+    assert poller.exposition.plain == before  # nothing published from this cycle
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "NVML unusable" in errors[0], errors
+
+
+def test_the_process_exits_non_zero_with_one_line(tmp_path):
+    """The real process: no driver at start is one error line and exit status 3."""
+    fleet = tmp_path / "no-driver.yaml"
+    fleet.write_text(
+        "gpus: [{model: NVIDIA H100 80GB HBM3}]\n"
+        "faults: [{at: 0, kind: driver_unloaded, duration: 600}]\n"
+    )
+    exporter = Exporter("-c", "500", fleet=fleet)
+    try:
+        status = exporter.proc.wait(timeout=30)
+    finally:
+        output = exporter.stop()
+    assert status == EXIT_NVML, output
+    errors = [line for line in output.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "DRIVER_NOT_LOADED" in errors[0], output
 
 
 def test_mig_reconfigured_during_a_cycle(node):
@@ -177,37 +167,3 @@ async def test_a_cycle_that_raises_does_not_stop_collection(node):
     clock.advance(1.0)
     await poller.cycle()
     assert poller.selfmetrics.collections["success"] == 2
-
-
-@pytest.mark.parametrize(
-    ("code", "error"),
-    [
-        ("DRIVER_NOT_LOADED", "NVMLError_DriverNotLoaded"),
-        ("LIB_RM_VERSION_MISMATCH", "NVMLError_LibRmVersionMismatch"),
-        ("UNINITIALIZED", "NVMLError_Uninitialized"),
-    ],
-)
-def test_the_simulator_fails_nvml_with_each_code(code, error):
-    """The simulator's side of the tests above: the code comes through pynvml as the
-    exception a real driver gives; UNINITIALIZED also needs nvmlInit again afterwards."""
-    import pynvml
-
-    clock = ManualClock()
-    driver = sim.install(None, clock=clock, latency=False)
-    try:
-        pynvml.nvmlInit()
-        driver.inject(Fault("driver_unloaded", duration=5.0, code=code))
-        with pytest.raises(getattr(pynvml, error)):
-            pynvml.nvmlDeviceGetCount()
-        with pytest.raises(getattr(pynvml, error)):
-            pynvml.nvmlInit()
-        clock.advance(5.0)
-        if code == "UNINITIALIZED":
-            with pytest.raises(pynvml.NVMLError_Uninitialized):
-                pynvml.nvmlDeviceGetCount()
-            pynvml.nvmlInit()
-        assert pynvml.nvmlDeviceGetCount() == 8
-        with pytest.raises(ValueError, match="use one of DRIVER_NOT_LOADED"):
-            driver.inject(Fault("driver_unloaded", duration=1.0, code="LOST_IT"))
-    finally:
-        sim.uninstall()

@@ -1,12 +1,12 @@
 """A short soak in CI: 1,400 cycles of the full path with pod churn, MIG churn, XIDs
-and driver outages (tests/reliability/soak.py), asserting that what must stay flat
-does. The 100,000-cycle run and its numbers are in docs/reliability.md."""
+from NVML events and the kernel log (tests/reliability/soak.py), asserting that what
+must stay flat does. The 100,000-cycle run and its numbers are in docs/reliability.md."""
 
 from __future__ import annotations
 
 from tests.reliability.soak import soak, summary
 
-CYCLES = 1400  # three driver outages, one with each error code
+CYCLES = 1400
 WARMUP = 400
 
 
@@ -14,9 +14,7 @@ async def test_soak_stays_flat():
     r = await soak(CYCLES, sample=100)
     s = summary(r, WARMUP)
     print(f"\nsoak: {s}")
-    # no thread leaked: the XID event thread is replaced around each driver outage, so a
-    # sample can catch the old one on its way out; what counts is that nothing is added
-    # over the run and the count is back to the baseline after the outages
+    # no thread leaked: nothing is added over the run
     threads = [x.threads for x in r.window(WARMUP)]
     half = len(threads) // 2
     assert max(threads[half:]) <= max(threads[:half]), threads
@@ -30,9 +28,7 @@ async def test_soak_stays_flat():
     first = {x.series for x in w[:half] if x.series}
     second = {x.series for x in w[half:] if x.series}
     assert max(second) <= max(first) + 10 and min(second) >= min(first) - 10, (first, second)
-    # each outage costs a few cycles, then collection is back
-    assert r.driver_outages == 3
-    assert r.failed_cycles <= r.driver_outages * 6
+    assert r.failed_cycles == 0
     assert r.samples[-1].series > 0
     # every XID injected while events were watched is counted, none twice
     assert r.xid_counted == r.xid_injected > 0

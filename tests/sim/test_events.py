@@ -32,9 +32,9 @@ def test_timeout_when_nothing_happens(default):
 
 def test_xid_on_whole_gpu(default):
     es = event_set(0, 1)
-    default.inject(Fault("xid", gpu=1, xid=79))
+    default.inject(Fault("xid", gpu=1, xid=48))
     data = pynvml.nvmlEventSetWait_v2(es, 0)
-    assert (data.eventType, data.eventData) == (XID, 79)
+    assert (data.eventType, data.eventData) == (XID, 48)
     assert (data.gpuInstanceId, data.computeInstanceId) == (0xFFFFFFFF, 0xFFFFFFFF)
     assert pynvml.nvmlDeviceGetIndex(data.device) == 1
 

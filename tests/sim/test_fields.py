@@ -35,11 +35,13 @@ def test_entries_have_type_value_and_timestamp(mixed):
             F.NVML_FI_DEV_POWER_CURRENT_LIMIT,
             F.NVML_FI_DEV_TEMPERATURE_SLOWDOWN_TLIMIT,
             F.NVML_FI_DEV_REMAPPED_PENDING,
-            1234,
+            F.NVML_FI_DEV_NVLINK_GET_SPEED,  # a field id the simulator has no value for
+            1234,  # a field id no driver knows
         ],
     )
     ok = {fid: v for (fid, _), v in got.items() if v.nvmlReturn == pynvml.NVML_SUCCESS}
-    assert got[(1234, 0)].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert got[(F.NVML_FI_DEV_NVLINK_GET_SPEED, 0)].nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert got[(1234, 0)].nvmlReturn == pynvml.NVML_ERROR_INVALID_ARGUMENT
     assert ok[F.NVML_FI_DEV_ECC_DBE_VOL_TOTAL].valueType == F.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
     assert ok[F.NVML_FI_DEV_ECC_DBE_VOL_TOTAL].value.ullVal == 0
     assert ok[F.NVML_FI_DEV_MEMORY_TEMP].valueType == F.NVML_VALUE_TYPE_UNSIGNED_INT

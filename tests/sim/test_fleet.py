@@ -51,7 +51,10 @@ H100 = "NVIDIA H100 80GB HBM3"
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"gpus": []}, "node.yaml: gpus: a node needs at least one GPU"),
+        (
+            {"gpus": [{"model": H100, "processes": [{"pid": 1, "type": "cuda"}]}]},
+            "node.yaml: gpus[0].processes[0].type: 'cuda' is not compute, graphics or mps",
+        ),
         (
             {"gpus": [{"model": "H100"}]},
             "node.yaml: gpus[0].model: unknown model 'H100'; known: NVIDIA H100",

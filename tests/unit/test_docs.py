@@ -4,7 +4,8 @@ import re
 from pathlib import Path
 
 from exporter.cli import build_parser
-from exporter.nvml.fields import FIELDS, UNSERVED
+from exporter.nvml.fields import FIELDS
+from exporter.nvml.unserved import UNSERVED
 
 ROOT = Path(__file__).parents[2]
 
