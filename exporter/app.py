@@ -53,7 +53,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         cfg.hostname,
         "" if cfg.no_hostname else cfg.hostname_label,  # "": no node label (-n)
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
-        shared_keys=attribution.shared_keys if attribution else None,
+        wants_processes=attribution.wants_processes if attribution else None,
     )
     collector.enumerator.replace_blanks = cfg.replace_blanks_in_model_name
     poller = Poller(catalog, collector, cfg.interval_s, cfg.collect_timeout_s, attribution, cfg)

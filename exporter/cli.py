@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__, checks, logsetup
+from exporter.accounting import options as accounting
 from exporter.config import (
     DEFAULT_ADDRESS,
     DEFAULT_AUTH_EXCLUDED,
@@ -141,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "users; empty: none (env GPU_EXPORTER_WEB_AUTH_EXCLUDE; default "
         f"{','.join(DEFAULT_AUTH_EXCLUDED)}, the kubelet's probes)",
     )
+    accounting.add_flags(g)
     _kube_flags(g)
     g.add_argument(
         "--check",
@@ -309,6 +311,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         no_effect=r.no_effect(),
         web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
         **http,
+        **accounting.config(r),
     )
 
 

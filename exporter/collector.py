@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
+from exporter.accounting.plan import ALWAYS_READ
 from exporter.catalog import Catalog
 from exporter.nvml.devices import Device, Enumerator, Inventory
 from exporter.nvml.events import XidState, XidWatcher
-from exporter.nvml.fields import Field, Scope, Source, with_inputs
+from exporter.nvml.fields import FIELDS, Field, Scope, Source, with_inputs
 from exporter.nvml.gpm import GpmReader
 from exporter.nvml.p2p import P2PReader, P2PSeries
 from exporter.nvml.prime import prime_new_devices
@@ -28,6 +29,8 @@ from exporter.snapshot import CollectorResult, Snapshot, Value
 
 log = logging.getLogger(__name__)
 
+# Which devices' process lists a cycle reads: (device key, its values so far) -> yes/no
+Wanted = Callable[[str, Mapping[str, Value]], bool]
 QUARANTINE_S = 60.0
 MAX_BACKOFF_S = 30.0
 
@@ -42,9 +45,9 @@ class Collector:
         hostname_label: str = "Hostname",
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
-        shared_keys: Callable[[], frozenset[str]] | None = None,
+        wants_processes: Callable[[], Wanted] | None = None,
     ) -> None:
-        fields = with_inputs(m.field for m in catalog.metrics)
+        fields = _fields(catalog)
         self.session = Session()
         self.enumerator = Enumerator(
             self.session, hostname, hostname_label, [m.field for m in catalog.labels]
@@ -55,7 +58,7 @@ class Collector:
         self.p2p: P2PReader | None = None
         self._start_watchers(fields)
         self.processes = ProcessReader(self.session)
-        self.shared_keys = shared_keys or frozenset
+        self.wants_processes = wants_processes
         self.slow_s = slow_s
         self.clock = clock
         self.busy_with = ""  # what the worker is reading now, for /ready when a call hangs
@@ -72,7 +75,7 @@ class Collector:
         known about devices (identities, unsupported fields, GPM samples, XID
         counts) is kept; label fields that changed are read again.
         """
-        fields = with_inputs(m.field for m in catalog.metrics)
+        fields = _fields(catalog)
         self.reader.set_fields(fields)
         self.gpm.set_fields(fields)
         self.enumerator.set_label_fields([m.field for m in catalog.labels])
@@ -136,7 +139,7 @@ class Collector:
 
         values: dict[str, dict[str, Value]] = {}
         procs: dict[str, tuple[ProcUse, ...]] = {}
-        shared = self.shared_keys()
+        wanted = self.wants_processes() if self.wants_processes else None
         down: list[Device] = list(inv.lost)
         for d in inv.lost:
             problems.append(f"GPU {d.index} ({d.uuid}) is not answering (lost)")
@@ -164,7 +167,7 @@ class Collector:
                 g0 = time.perf_counter()
                 members = [gpu] if gpu.key not in inv.mig_enabled else by_parent.get(gpu.key, [])
                 try:
-                    gpm_s = self._read_gpu(gpu, members, start, shared, values, procs)
+                    gpm_s = self._read_gpu(gpu, members, start, wanted, values, procs)
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
                         values.pop(dev.key, None)
@@ -218,7 +221,7 @@ class Collector:
         gpu: Device,
         members: list[Device],
         start: float,
-        shared: frozenset[str],
+        wanted: Wanted | None,
         values: dict[str, dict[str, Value]],
         procs: dict[str, tuple[ProcUse, ...]],
     ) -> float:
@@ -232,7 +235,7 @@ class Collector:
             p0 = time.perf_counter()
             vals.update(self.gpm.read(dev, start))
             gpm_s += time.perf_counter() - p0
-            if dev.key in shared:
+            if wanted is not None and wanted(dev.key, vals):
                 procs[dev.key] = self.processes.read(dev)
         return gpm_s
 
@@ -278,3 +281,12 @@ class Collector:
             collectors=(CollectorResult("enumerate", False, time.perf_counter() - t0, why),),
             problems=(f"NVML unusable: {why}",),
         )
+
+
+def _fields(catalog: Catalog) -> list[Field]:
+    """The catalog's fields and their inputs, plus what accounting needs every cycle
+    (energy, utilization, memory used; GPM activity only when the catalog reads it)."""
+    listed = [m.field for m in catalog.metrics]
+    names = {f.name for f in listed}
+    extra = [FIELDS[n] for n in ALWAYS_READ if n not in names]
+    return with_inputs([*listed, *extra])

@@ -23,6 +23,8 @@ _GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 DEFAULT_HTTP_WRITE_TIMEOUT_MS = 15000
 DEFAULT_HTTP_MAX_HEADER_BYTES = 16384
 DEFAULT_AUTH_EXCLUDED = ("/health", "/ready")
+DEFAULT_IDLE_THRESHOLD_PERCENT = 1  # GPU accounting: activity below it is idle
+DEFAULT_ACCOUNTING_RETENTION_MS = 120000  # GPU accounting: ended holders' series kept
 
 
 class ConfigError(ValueError):
@@ -91,6 +93,8 @@ class Config:
     http_write_timeout_s: float = DEFAULT_HTTP_WRITE_TIMEOUT_MS / 1000  # client not reading
     http_max_header_bytes: int = DEFAULT_HTTP_MAX_HEADER_BYTES  # one request's headers, total
     auth_excluded_paths: tuple[str, ...] = DEFAULT_AUTH_EXCLUDED  # served without basic auth
+    accounting_idle_below: float = DEFAULT_IDLE_THRESHOLD_PERCENT / 100  # activity 0..1
+    accounting_retention_s: float = DEFAULT_ACCOUNTING_RETENTION_MS / 1000
 
 
 def _int(value: str) -> int | None:

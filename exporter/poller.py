@@ -179,7 +179,12 @@ class Poller:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
             sm.series = self.builder.dcgm(
-                snap, self.catalog, attr.holders(), attr.splits(snap), attr.sharers()
+                snap,
+                self.catalog,
+                attr.holders(),
+                attr.splits(snap),
+                attr.sharers(),
+                attr.usage(snap),
             )
         self._publish_self()
         if snap.ok:  # only now: /ready must not say yes before /metrics has the series

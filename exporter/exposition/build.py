@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from exporter.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
 from exporter.catalog import Catalog
-from exporter.exposition import dcgm, pods, text, virtual
+from exporter.exposition import accounting, dcgm, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
@@ -29,6 +30,7 @@ from exporter.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from exporter.accounting.claims import DeviceUse
     from exporter.kube.attribution import Holder
     from exporter.kube.sharing import Split
 
@@ -127,6 +129,12 @@ class Builder:
         self.dcgm_parts: list[bytes] = []
         self._reuse = dcgm.Reuse()
         self._last_layout: Layout | None = None
+        self.accounting = True  # benchmarks/ledger.py compares a cycle without it
+        self.accounting_part = b""  # the accounting families, from the last published snapshot
+        self.ledger = Ledger(
+            getattr(cfg, "accounting_idle_below", DEFAULT_IDLE_BELOW),
+            getattr(cfg, "accounting_retention_s", DEFAULT_RETENTION_S),
+        )
 
     def dcgm(
         self,
@@ -135,13 +143,17 @@ class Builder:
         holders: Mapping[str, Holder] | None = None,
         splits: Iterable[Split] = (),
         sharers: Mapping[str, Sequence[Holder]] | None = None,
+        uses: Mapping[str, DeviceUse] | None = None,
     ) -> int:
-        """Rebuild the DCGM part from ``snap``; returns its number of series.
+        """Rebuild the DCGM and accounting parts from ``snap``; returns the number of DCGM
+        series.
 
         ``holders`` maps a device key to the one container holding it (pod
         labels); ``splits`` are per-container shares of devices held by several.
         ``sharers`` (only with --kubernetes-virtual-gpus) maps a device held by
         several containers to them: its series are then repeated per holder.
+        ``uses`` (with pod attribution) are every device's holders for GPU
+        accounting; without it each device is its own holder.
         """
         splits = list(splits)
         xids = self.xids.update(snap, holders)
@@ -172,6 +184,10 @@ class Builder:
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
         self.dcgm_parts = [*parts, shared.encode()]
+        if self.accounting:
+            self.ledger.update(snap, uses)
+            acct, _ = accounting.families(self.ledger, uses, snap.entities, self.device_text)
+            self.accounting_part = acct.encode()
         return n + m
 
     @property
@@ -240,4 +256,5 @@ class Builder:
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
-        return Exposition.of(b"".join([*self.dcgm_parts, self.selfmetrics.render().encode()]))
+        body = [*self.dcgm_parts, self.accounting_part, self.selfmetrics.render().encode()]
+        return Exposition.of(b"".join(body))

@@ -20,6 +20,7 @@ from exporter.sim import mig as miglayout
 from exporter.sim.faults import Fault, parse_fault
 from exporter.sim.latency import LatencySpec
 from exporter.sim.models import GpuModel, MigProfile, catalog
+from exporter.sim.pods import PodSpec, parse_pods
 from exporter.sim.schema import FleetError, Reader, join
 from exporter.sim.specs import (
     GpuSpec,
@@ -63,11 +64,12 @@ _TOP_KEYS = (
     "missing_functions",
     "gpus",
     "faults",
+    "pods",
 )
 _GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "load", "processes", "mig")
 _MIG_KEYS = ("profile", "gi", "ci", "index", "uuid", "load", "processes")
 _LOAD_KEYS = ("util", "mem_util", "mem_used_mib", "power", "swing", "period_s", "enc", "dec")
-_PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type")
+_PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type", "start", "end")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class Fleet:
     faults: tuple[Fault, ...] = ()
     latency: LatencySpec = field(default_factory=LatencySpec)
     missing_functions: frozenset[str] = frozenset()
+    pods: tuple[PodSpec, ...] = ()  # the kubelet's side: exporter/sim/pods.py
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<fleet>") -> Fleet:
@@ -165,6 +168,7 @@ class _Loader:
             faults=faults,
             latency=self.latency(data.get("latency"), names),
             missing_functions=missing,
+            pods=parse_pods(r, data.get("pods"), gpus),
         )
 
     def fault(self, raw: Any, path: str, models: list[GpuModel]) -> Fault:
@@ -331,6 +335,10 @@ class _Loader:
             if kind not in ("compute", "graphics"):
                 r.fail(join(ppath, "type"), f"'{kind}' is not compute or graphics")
             sm = r.number(p.get("sm_util", 0), join(ppath, "sm_util"), lo=0, hi=100)
+            start = r.number(p.get("start", 0), join(ppath, "start"), lo=0, hi=None)
+            end = p.get("end")
+            if end is not None:
+                end = r.number(end, join(ppath, "end"), lo=start, hi=None)
             out.append(
                 ProcessSpec(
                     pid=pid,
@@ -342,6 +350,8 @@ class _Loader:
                         p.get("mem_util", sm * 0.5), join(ppath, "mem_util"), lo=0, hi=100
                     ),
                     type=kind,
+                    start=start,
+                    end=end,
                 )
             )
         return tuple(out)

@@ -19,8 +19,8 @@ INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
 SAMPLE_PERIOD_S = 0.5  # the driver takes a process-utilization sample this often
 
 
-def _list(dev: Device, kind: str, count_ref: Any, infos: Any) -> int:
-    rows = [row for row in dev.process_rows() if row[0].type == kind]
+def _list(dev: Device, now: float, kind: str, count_ref: Any, infos: Any) -> int:
+    rows = [row for row in dev.process_rows(now) if row[0].type == kind]
     count = out(count_ref)
     n, wanted = len(rows), count.value
     count.value = n
@@ -41,14 +41,14 @@ def _list(dev: Device, kind: str, count_ref: Any, infos: Any) -> int:
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2", mig=True
 )
 def compute_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
-    return _list(dev, "compute", count_ref, infos)
+    return _list(dev, now, "compute", count_ref, infos)
 
 
 @calls.device(
     "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2", mig=True
 )
 def graphics_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
-    return _list(dev, "graphics", count_ref, infos)
+    return _list(dev, now, "graphics", count_ref, infos)
 
 
 def _samples(drv: SimDriver, gpu: GpuState, now: float, last_seen: int) -> list[tuple[Any, ...]]:
@@ -59,7 +59,7 @@ def _samples(drv: SimDriver, gpu: GpuState, now: float, last_seen: int) -> list[
         return []
     factor = gpu.activity.factor(tick)
     rows = []
-    for p in gpu.processes:
+    for p in gpu.live(now):
         sm = min(100, round(p.sm_util * factor))
         mem = min(100, round(p.mem_util * factor))
         rows.append((p.pid, stamp, sm, mem, 0, 0))
@@ -73,7 +73,7 @@ def process_utilization(
     if gpu.mig_enabled:
         return pynvml.NVML_ERROR_NOT_SUPPORTED
     count = out(count_ref)
-    if not gpu.processes:
+    if not gpu.live(now):
         # Nothing runs: success with no samples (pynvml then raises NVMLError(0)).
         count.value = 0
         return OK

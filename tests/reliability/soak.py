@@ -223,7 +223,7 @@ async def soak(
     collector = Collector(
         catalog,
         "soak-node",
-        shared_keys=attribution.shared_keys,
+        wants_processes=attribution.wants_processes,
         clock=lambda: EPOCH + clock(),
     )
     poller = Poller(catalog, collector, 1.0, 30.0, attribution)
