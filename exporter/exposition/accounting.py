@@ -11,7 +11,7 @@ Unaccounted memory is exported for the devices that have some (absent: none).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from exporter.accounting.claims import DeviceUse
 from exporter.accounting.ledger import GpuAccount, HolderAccount, Ledger
@@ -73,10 +73,7 @@ def _gpu_lines(acc: GpuAccount) -> tuple[str, ...]:
 
 
 def families(
-    ledger: Ledger,
-    uses: Mapping[str, DeviceUse] | None,
-    devices: Iterable[Device],
-    device_text: Callable[[Device], str] | None = None,
+    ledger: Ledger, uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]
 ) -> tuple[str, int]:
     """Text and series count of the accounting families. ``uses`` None (no pod
     attribution): no unaccounted-memory families."""
@@ -97,8 +94,8 @@ def families(
             use = uses.get(dev.key)
             if use is None or not use.unaccounted_processes:
                 continue
-            own = device_text(dev) if device_text is not None else text.join(dev.labels)
-            labels = f'{own},allocated="{"true" if use.claims else "false"}"'
+            held = ("allocated", "true" if use.claims else "false")
+            labels = text.join([*identity(dev.labels), held])
             lines[UNACCOUNTED_BYTES].append(
                 f"{UNACCOUNTED_BYTES}{{{labels}}} {round(use.unaccounted_bytes)}\n"
             )

@@ -186,7 +186,7 @@ class Builder:
         self.dcgm_parts = [*parts, shared.encode()]
         if self.accounting:
             self.ledger.update(snap, uses)
-            acct, _ = accounting.families(self.ledger, uses, snap.entities, self.device_text)
+            acct, _ = accounting.families(self.ledger, uses, snap.entities)
             self.accounting_part = acct.encode()
         return n + m
 
