@@ -100,6 +100,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]
             "rule_files": [
                 str(ROOT / "alerts" / "gpu-recording.rules.yaml"),
                 str(ROOT / "alerts" / "gpu-alerts.rules.yaml"),
+                str(ROOT / "alerts" / "gpu-accounting.rules.yaml"),
             ],
             "scrape_configs": [
                 {
