@@ -86,16 +86,15 @@ class Ledger:
             last = self._plans.get(gpu_key)
             if last is not None:
                 self._charge(last, plan)
-        live: set[HolderKey] = set()
+        live = {share[0] for plan in now.values() for share in plan.shares}
+        self._end(live, set(now), snap.taken_at)  # first: an ended holder can make room
         for plan in now.values():
             gpu = self.gpus.get(plan.key)
             if gpu is None:
                 gpu = self.gpus[plan.key] = GpuAccount(plan.key, plan.labels)
             gpu.ended_at = None
             for holder, labels, *_ in plan.shares:
-                if self._holder(holder, labels) is not None:
-                    live.add(holder)
-        self._end(live, set(now), snap.taken_at)
+                self._holder(holder, labels)
         self._plans = now
 
     def _charge(self, last: GpuPlan, plan: GpuPlan) -> None:
