@@ -3,19 +3,17 @@
     python -m benchmarks.ledger FLEET.yaml [--pods 60] [--batches 8]
         [--churn 2000] [--retention 120]                        (prints JSON)
 
-``publish``: the worker's publish step (DCGM render, accounting, self-metrics, plain and
-gzip bytes) on a dozen snapshots one simulated second apart, ``--pods`` of the series
-devices held by one container each (MIG instances first, as benchmarks/pods.py hands
-them out), with accounting and without it, batch for batch in turn (paired rounds:
-the host's speed moves within seconds); ``extra_ms`` is the median of the per-round
-differences, ``extra_pct`` that over the cycle without accounting (``cycle_ms``: the
-whole collection cycle's own CPU plus this publish, from benchmarks/cycle.py's
-measure when ``--cycle`` is given).
+``publish``: the worker's publish step (the holders' uses as pod attribution hands them
+over, DCGM render, accounting, self-metrics, plain and gzip bytes) on snapshots one
+simulated second apart, ``--pods`` of the series devices held by one container each
+(MIG instances first, as benchmarks/pods.py hands them out), with accounting and
+without it, batch for batch in turn on the same snapshots (paired rounds: the host's
+speed moves within seconds); ``extra_ms`` is the median of the per-round differences.
 
-``processes``: the modelled driver cost of the process lists a cycle reads: with the
-accounting policy (kube/usage.py: shared devices, devices no one holds that have
-memory in use, all devices only when host PIDs can be joined to pods) and, for
-comparison, on every device (latency model on).
+``processes``: the modelled driver cost of the process lists a cycle reads (latency
+model on), with the accounting policy (kube/usage.py: shared devices, devices no one
+holds that have memory in use), with it when host PIDs can be joined to pods (also
+``HELD_PER_CYCLE`` held devices a cycle, in turn) and, for comparison, on every device.
 
 ``churn``: ``--churn`` holders come and go, one new pod replacing one old each
 simulated second (a cycle); RSS after warm-up, at most, and at the end, once every
@@ -25,10 +23,13 @@ ended holder is past ``--retention`` and dropped, and the holders kept then.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -38,11 +39,10 @@ from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
 from exporter.kube.mapper import Owner, PodMap
-from exporter.kube.usage import device_uses, wants_processes
+from exporter.kube.usage import Usage, device_uses, wants_processes
 from exporter.poller import Poller
 
 EPOCH = 1.8e9
-SNAPSHOTS = 12
 BATCH = 10
 
 
@@ -58,25 +58,25 @@ def publish(fleet: str, pods: int, batches: int) -> dict[str, Any]:
         catalog = load(default_metrics_file())
         collector = Collector(catalog, "bench-node", clock=lambda: EPOCH + clock())
         snaps = []
-        for _ in range(SNAPSHOTS):
+        for _ in range((batches + 1) * BATCH):
             clock.advance(1.0)
             snaps.append(collector.collect())
         devices = sorted(snaps[-1].entities, key=lambda d: not d.is_mig)[:pods]
         podmap = _podmap([d.key for d in devices])
+        usage = Usage()
         results: dict[bool, list[float]] = {True: [], False: []}
         pollers = {on: Poller(catalog, collector, 1.0, 10.0) for on in (True, False)}
         pollers[False].builder.accounting = False
-        # each builder's ledger must see time move forward: snapshots are re-stamped
-        for b in range(batches):
+        for b in range(batches + 1):  # the first round warms up
             for on in (True, False) if b % 2 else (False, True):
                 p = pollers[on]
                 c0 = time.thread_time()
-                for i in range(BATCH):
-                    snap = snaps[i % SNAPSHOTS]
-                    uses = device_uses(snap, podmap, None) if on else None
+                for snap in snaps[b * BATCH : (b + 1) * BATCH]:
+                    uses = usage.uses(snap, podmap, None) if on else None
                     p.builder.dcgm(snap, catalog, None, (), None, uses)
                     p.exposition = p.builder.build()
-                results[on].append((time.thread_time() - c0) / BATCH * 1e3)
+                if b:
+                    results[on].append((time.thread_time() - c0) / BATCH * 1e3)
         diffs = [a - b for a, b in zip(results[True], results[False], strict=True)]
         expo = pollers[True].exposition
         out = {
@@ -108,17 +108,15 @@ def processes(fleet: str, pods: int) -> dict[str, Any]:
             g.uuid for g in driver.gpus if not g.mig_enabled
         ]
         podmap = _podmap(keys[:pods])
-        policies = {
-            "accounting": wants_processes(podmap, join=False),
-            "accounting_joined": wants_processes(podmap, join=True),
-            "none": lambda key, values: False,
+        turns = itertools.count()
+        policies: dict[str, Callable[[], Any]] = {
+            "accounting": lambda: wants_processes(podmap, join=False),
+            "accounting_joined": lambda: wants_processes(podmap, True, next(turns)),
+            "every_device": lambda: lambda key, values: True,
         }
         for name, policy in policies.items():
             collector = Collector(
-                catalog,
-                "bench-node",
-                clock=lambda: EPOCH + clock(),
-                wants_processes=lambda p=policy: p,
+                catalog, "bench-node", clock=lambda: EPOCH + clock(), wants_processes=policy
             )
 
             def one(c: Collector = collector) -> tuple[float, float, float]:
@@ -171,12 +169,12 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
 
         for _ in range(20):
             cycle(0)
-        warm = rss_mib()
+        warm = rss_mib(os.getpid())
         peak = warm
         for r in range(1, holders + 1):
             cycle(r)
             if r % 50 == 0:
-                peak = max(peak, rss_mib())
+                peak = max(peak, rss_mib(os.getpid()))
         most_kept = len(poller.builder.ledger.holders)
         for _ in range(int(retention_s) + 5):
             cycle(0)
@@ -185,8 +183,8 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
             "holders_gone": holders,
             "retention_s": retention_s,
             "rss_warm_mib": round(warm, 2),
-            "rss_peak_mib": round(max(peak, rss_mib()), 2),
-            "rss_end_mib": round(rss_mib(), 2),
+            "rss_peak_mib": round(max(peak, rss_mib(os.getpid())), 2),
+            "rss_end_mib": round(rss_mib(os.getpid()), 2),
             "holders_kept_at_most": most_kept,
             "holders_kept_end": len(ledger.holders),
             "dropped": dict(ledger.dropped),

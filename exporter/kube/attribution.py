@@ -72,6 +72,7 @@ class Attribution:
         self._containers: dict[int, tuple[bool, ContainerRef | None]] = {}
         self.duration = 0.0
         self._usage = Usage()
+        self._turn = 0  # cycles asked which process lists to read
         self._warn = RateLimitedLog(log)
         if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
             self._start_watcher()
@@ -146,7 +147,8 @@ class Attribution:
 
     def wants_processes(self) -> Callable[[str, Mapping[str, Value]], bool]:
         """Which devices' processes the collector reads this cycle (kube/usage.py)."""
-        return wants_processes(self.mapper.map, self.joinable)
+        self._turn += 1
+        return wants_processes(self.mapper.map, self.joinable, self._turn)
 
     def usage(self, snap: Snapshot) -> Mapping[str, DeviceUse]:
         """Holders and unaccounted processes of every device of ``snap``, for accounting."""

@@ -2,8 +2,10 @@
 
 From the kubelet's map (which containers hold a device, with their replica IDs) and
 the cycle's process rows (read on shared devices, on devices no one holds that have
-memory in use, and on every device when host PIDs can be joined to pods: see
-:func:`wants_processes`). A process belongs to a holder when its host PID joins to
+memory in use, and, when host PIDs can be joined to pods, on ``HELD_PER_CYCLE`` of the
+devices one container holds, in turn: see :func:`wants_processes`). A device whose
+processes were not read this cycle keeps what its last read found while its holders
+stay. A process belongs to a holder when its host PID joins to
 that container; it is unaccounted when it is on a device no one holds, or when the
 join says it runs in no pod, in a pod the API server no longer knows, or in a
 container that does not hold the device. A process the join cannot place (no host
@@ -24,18 +26,29 @@ from exporter.snapshot import Snapshot, Value
 # (known, owner): known False when the join cannot place the PID; owner None when the
 # process belongs to no running container
 Whose = Callable[[int], tuple[bool, Owner | None]]
+HELD_PER_CYCLE = 4
+"""Devices held by one container whose process lists a cycle reads (with the join). A
+list costs two driver calls, modelled at 4.5 ms each (docs/benchmarks.md): reading all 56
+instances of a MIG node every cycle would cost about half a second."""
 
 
-def wants_processes(podmap: PodMap, join: bool) -> Callable[[str, Mapping[str, Value]], bool]:
-    """Which devices' processes a cycle reads: shared devices always; devices one
-    container holds only when ``join`` (host PIDs can be joined to pods); devices no one
-    holds when memory is in use on them (or its amount was not read)."""
+def wants_processes(
+    podmap: PodMap, join: bool, turn: int = 0
+) -> Callable[[str, Mapping[str, Value]], bool]:
+    """Which devices' processes a cycle reads: shared devices always; devices no one
+    holds when memory is in use on them (or its amount was not read); devices one
+    container holds only when ``join`` (host PIDs can be joined to pods), and then
+    ``HELD_PER_CYCLE`` of them, the ``turn``-th lot in key order."""
     owners = podmap.owners
+    sole = sorted(k for k, v in owners.items() if len(v) == 1) if join else []
+    lots = max(1, -(-len(sole) // HELD_PER_CYCLE))
+    first = (turn % lots) * HELD_PER_CYCLE
+    this_turn = frozenset(sole[first : first + HELD_PER_CYCLE])
 
     def wanted(key: str, values: Mapping[str, Value]) -> bool:
         held = owners.get(key)
         if held:
-            return join or len(held) > 1
+            return len(held) > 1 or key in this_turn
         used = values.get(FB_USED)
         return used is None or used > 0
 
@@ -53,6 +66,7 @@ class Usage:
     def __init__(self) -> None:
         self._map: PodMap | None = None
         self._kept: dict[str, DeviceUse] = {}
+        self._read: dict[str, tuple[tuple[Owner, ...], DeviceUse]] = {}  # last read, holders
 
     def uses(self, snap: Snapshot, podmap: PodMap, whose: Whose | None) -> dict[str, DeviceUse]:
         """Claims and unaccounted use of every device of ``snap``. ``whose`` joins a host
@@ -60,15 +74,24 @@ class Usage:
         if podmap is not self._map:
             self._map, self._kept = podmap, {}
         out = {}
+        read: dict[str, tuple[tuple[Owner, ...], DeviceUse]] = {}
         for dev in snap.entities:
             procs = snap.processes.get(dev.key)
-            if procs is None:
-                got = self._kept.get(dev.key)
-                if got is None:
-                    got = self._kept[dev.key] = _use(dev.key, podmap, None, whose)
-                out[dev.key] = got
+            holders = podmap.owners.get(dev.key, ())
+            if procs is not None:
+                got = _use(dev.key, podmap, procs, whose)
+                if whose is not None and len(holders) == 1:
+                    read[dev.key] = (holders, got)
             else:
-                out[dev.key] = _use(dev.key, podmap, procs, whose)
+                last = self._read.get(dev.key)
+                if whose is not None and last is not None and last[0] == holders:
+                    got = last[1]
+                    read[dev.key] = last
+                else:
+                    got = self._kept.get(dev.key) or _use(dev.key, podmap, None, whose)
+                    self._kept[dev.key] = got
+            out[dev.key] = got
+        self._read = read
         return out
 
 
