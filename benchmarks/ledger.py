@@ -72,7 +72,8 @@ def publish(fleet: str, pods: int, batches: int) -> dict[str, Any]:
                 p = pollers[on]
                 c0 = time.thread_time()
                 for snap in snaps[b * BATCH : (b + 1) * BATCH]:
-                    uses = usage.uses(snap, podmap, None) if on else None
+                    # --pods 0: no pod attribution, each device holds itself
+                    uses = usage.uses(snap, podmap, None) if on and pods else None
                     p.builder.dcgm(snap, catalog, None, (), None, uses)
                     p.exposition = p.builder.build()
                 if b:
@@ -171,10 +172,12 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
             cycle(0)
         warm = rss_mib(os.getpid())
         peak = warm
+        c0 = time.process_time()
         for r in range(1, holders + 1):
             cycle(r)
             if r % 50 == 0:
                 peak = max(peak, rss_mib(os.getpid()))
+        cpu_ms = (time.process_time() - c0) / holders * 1e3
         most_kept = len(poller.builder.ledger.holders)
         for _ in range(int(retention_s) + 5):
             cycle(0)
@@ -185,6 +188,7 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
             "rss_warm_mib": round(warm, 2),
             "rss_peak_mib": round(max(peak, rss_mib(os.getpid())), 2),
             "rss_end_mib": round(rss_mib(os.getpid()), 2),
+            "cpu_ms_per_cycle": round(cpu_ms, 3),
             "holders_kept_at_most": most_kept,
             "holders_kept_end": len(ledger.holders),
             "dropped": dict(ledger.dropped),

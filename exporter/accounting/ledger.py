@@ -46,6 +46,7 @@ class HolderAccount:
     ended_at: float | None = None  # unix seconds it was last seen holding; None while it holds
     text: str = ""  # its label text, set by the exposition the first time it is rendered
     prefixes: tuple[str, ...] = ()  # its sample lines up to the value, likewise
+    final: tuple[str, ...] = ()  # its sample lines once it ended (its values stay)
 
 
 @dataclass(slots=True, eq=False)
@@ -126,6 +127,7 @@ class Ledger:
         acc = self.holders.get(key)
         if acc is not None:
             acc.ended_at = None
+            acc.final = ()
             return acc
         if len(self.holders) >= self.max_holders and not self._evict_one():
             self.dropped["limit"] += 1

@@ -65,6 +65,17 @@ def _holder_lines(acc: HolderAccount) -> tuple[str, ...]:
     return acc.prefixes
 
 
+def _samples(acc: HolderAccount) -> tuple[str, str, str, str]:
+    """The holder's four sample lines."""
+    a, b, i, e = _holder_lines(acc)
+    return (
+        f"{a}{acc.allocated:.3f}\n",
+        f"{b}{acc.busy:.3f}\n",
+        f"{i}{acc.idle:.3f}\n",
+        f"{e}{acc.energy:.3f}\n",
+    )
+
+
 def _gpu_lines(acc: GpuAccount) -> tuple[str, ...]:
     if not acc.text:
         acc.text = text.join(identity(acc.labels))
@@ -80,11 +91,13 @@ def families(
     lines: dict[str, list[str]] = {name: [] for name in HELP}
     allocated, busy, idle, energy = (lines[name] for name in COUNTERS)
     for acc in ledger.holders.values():
-        a, b, i, e = _holder_lines(acc)
-        allocated.append(f"{a}{acc.allocated:.3f}\n")
-        busy.append(f"{b}{acc.busy:.3f}\n")
-        idle.append(f"{i}{acc.idle:.3f}\n")
-        energy.append(f"{e}{acc.energy:.3f}\n")
+        got = acc.final or _samples(acc)
+        if acc.ended_at is not None:
+            acc.final = got  # an ended holder's values no longer change
+        allocated.append(got[0])
+        busy.append(got[1])
+        idle.append(got[2])
+        energy.append(got[3])
     for gpu in ledger.gpus.values():
         u, w = _gpu_lines(gpu)
         lines[UNALLOCATED].append(f"{u}{gpu.unallocated:.3f}\n")

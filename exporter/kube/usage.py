@@ -15,6 +15,7 @@ container that does not hold the device. A process the join cannot place (no hos
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from exporter.accounting.claims import Claim, DeviceUse
 from exporter.accounting.plan import FB_USED
@@ -59,39 +60,37 @@ NOBODY = DeviceUse()
 
 
 class Usage:
-    """Builds each cycle's uses; a device whose processes were not read keeps the same
-    DeviceUse object while the kubelet's map is the same (accounting then reuses what it
-    derived from it)."""
+    """Builds each cycle's uses. A device whose processes were not read keeps the same
+    DeviceUse object while its holders stay (accounting then reuses what it derived from
+    it): the one of its last read, with the join, else the one without processes."""
 
     def __init__(self) -> None:
-        self._map: PodMap | None = None
-        self._kept: dict[str, DeviceUse] = {}
-        self._read: dict[str, tuple[tuple[Owner, ...], DeviceUse]] = {}  # last read, holders
+        # device key -> (its holders, their replica IDs, its use) as last built
+        self._kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
 
     def uses(self, snap: Snapshot, podmap: PodMap, whose: Whose | None) -> dict[str, DeviceUse]:
         """Claims and unaccounted use of every device of ``snap``. ``whose`` joins a host
         PID to its container; None when processes cannot be joined (no API server)."""
-        if podmap is not self._map:
-            self._map, self._kept = podmap, {}
         out = {}
-        read: dict[str, tuple[tuple[Owner, ...], DeviceUse]] = {}
+        kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
         for dev in snap.entities:
-            procs = snap.processes.get(dev.key)
-            holders = podmap.owners.get(dev.key, ())
+            key = dev.key
+            procs = snap.processes.get(key)
+            holders = podmap.owners.get(key, ())
+            reps = podmap.replicas.get(key)
+            last = self._kept.get(key)
             if procs is not None:
-                got = _use(dev.key, podmap, procs, whose)
-                if whose is not None and len(holders) == 1:
-                    read[dev.key] = (holders, got)
+                got = _use(key, podmap, procs, whose)
+                if whose is not None and len(holders) == 1:  # read in turn: kept till next
+                    kept[key] = (holders, reps, got)
+            elif last is not None and last[0] == holders and last[1] == reps:
+                got = last[2]
+                kept[key] = last
             else:
-                last = self._read.get(dev.key)
-                if whose is not None and last is not None and last[0] == holders:
-                    got = last[1]
-                    read[dev.key] = last
-                else:
-                    got = self._kept.get(dev.key) or _use(dev.key, podmap, None, whose)
-                    self._kept[dev.key] = got
-            out[dev.key] = got
-        self._read = read
+                got = _use(key, podmap, None, whose)
+                kept[key] = (holders, reps, got)
+            out[key] = got
+        self._kept = kept
         return out
 
 

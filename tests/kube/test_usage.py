@@ -106,12 +106,11 @@ def test_which_devices_processes_are_read() -> None:
     assert no_join("F", unknown)  # or when its memory was not read
 
 
-def test_a_device_not_read_keeps_its_use_while_the_map_stays() -> None:
-    pm = podmap({"H": (A,)})
+def test_a_device_not_read_keeps_its_use_while_its_holders_stay() -> None:
     usage = Usage()
-    first = usage.uses(snap({}, "H"), pm, None)["H"]
-    assert usage.uses(snap({}, "H"), pm, None)["H"] is first
-    assert usage.uses(snap({}, "H"), podmap({"H": (A,)}), None)["H"] is not first
+    first = usage.uses(snap({}, "H"), podmap({"H": (A,)}), None)["H"]
+    assert usage.uses(snap({}, "H"), podmap({"H": (A,)}), None)["H"] is first  # a new answer
+    assert usage.uses(snap({}, "H"), podmap({"H": (B,)}), None)["H"] is not first
 
 
 def test_the_join_tells_a_process_in_no_pod_from_one_it_cannot_see(tmp_path: Path) -> None:
