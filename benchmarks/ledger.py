@@ -9,6 +9,8 @@ simulated second apart, ``--pods`` of the series devices held by one container e
 (MIG instances first, as benchmarks/pods.py hands them out), with accounting and
 without it, batch for batch in turn on the same snapshots (paired rounds: the host's
 speed moves within seconds); ``extra_ms`` is the median of the per-round differences.
+With ``--replace N`` one pod is replaced by a new one every N cycles, so that ended
+holders accumulate for the retention (all of them, in a run this short).
 
 ``processes``: the modelled driver cost of the process lists a cycle reads (latency
 model on), with the accounting policy (kube/usage.py: shared devices, devices no one
@@ -46,12 +48,17 @@ EPOCH = 1.8e9
 BATCH = 10
 
 
-def _podmap(keys: list[str]) -> PodMap:
-    owners = {k: (Owner(f"team-{i % 7}", f"bench-{i:04d}-g0", "main"),) for i, k in enumerate(keys)}
+def _podmap(keys: list[str], replaced: int = 0) -> PodMap:
+    """Pod i holds device i; ``replaced`` pods so far were replaced by new ones, round robin."""
+    n = len(keys) or 1
+    owners = {
+        k: (Owner(f"team-{i % 7}", f"bench-{i:04d}-g{replaced // n + (i < replaced % n)}", "main"),)
+        for i, k in enumerate(keys)
+    }
     return PodMap(MappingProxyType(owners))
 
 
-def publish(fleet: str, pods: int, batches: int) -> dict[str, Any]:
+def publish(fleet: str, pods: int, batches: int, replace: int = 0) -> dict[str, Any]:
     clock = sim.ManualClock()
     sim.install(fleet, clock=clock, latency=False)
     try:
@@ -62,7 +69,9 @@ def publish(fleet: str, pods: int, batches: int) -> dict[str, Any]:
             clock.advance(1.0)
             snaps.append(collector.collect())
         devices = sorted(snaps[-1].entities, key=lambda d: not d.is_mig)[:pods]
-        podmap = _podmap([d.key for d in devices])
+        keys = [d.key for d in devices]
+        # with --replace N, one pod is replaced by a new one every N cycles
+        podmaps = [_podmap(keys, i // replace if replace else 0) for i in range(len(snaps))]
         usage = Usage()
         results: dict[bool, list[float]] = {True: [], False: []}
         pollers = {on: Poller(catalog, collector, 1.0, 10.0) for on in (True, False)}
@@ -71,9 +80,10 @@ def publish(fleet: str, pods: int, batches: int) -> dict[str, Any]:
             for on in (True, False) if b % 2 else (False, True):
                 p = pollers[on]
                 c0 = time.thread_time()
-                for snap in snaps[b * BATCH : (b + 1) * BATCH]:
+                for i in range(b * BATCH, (b + 1) * BATCH):
+                    snap = snaps[i]
                     # --pods 0: no pod attribution, each device holds itself
-                    uses = usage.uses(snap, podmap, None) if on and pods else None
+                    uses = usage.uses(snap, podmaps[i], None) if on and pods else None
                     p.builder.dcgm(snap, catalog, None, (), None, uses)
                     p.exposition = p.builder.build()
                 if b:
@@ -85,7 +95,8 @@ def publish(fleet: str, pods: int, batches: int) -> dict[str, Any]:
             "with_ms": round(min(results[True]), 3),
             "without_ms": round(min(results[False]), 3),
             "extra_ms": round(statistics.median(diffs), 3),
-            "series": len(pollers[True].builder.ledger.holders),
+            "replace_every": replace,
+            "holders": len(pollers[True].builder.ledger.holders),
             "plain_bytes": len(expo.plain),
             "plain_bytes_without": len(pollers[False].exposition.plain),
             "gzip_bytes": len(expo.gzipped),
@@ -206,12 +217,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--churn", type=int, default=2000, help="holders that come and go (0: skip)")
     p.add_argument("--retention", type=float, default=120.0)
+    p.add_argument("--replace", type=int, default=0, help="publish: a pod replaced every N cycles")
     p.add_argument("--parts", default="publish,processes,churn")
     a = p.parse_args(argv)
     parts = set(a.parts.split(","))
     out: dict[str, Any] = {"fleet": a.fleet}
     if "publish" in parts:
-        out["publish"] = publish(a.fleet, a.pods, a.batches)
+        out["publish"] = publish(a.fleet, a.pods, a.batches, a.replace)
     if "processes" in parts:
         out["processes"] = processes(a.fleet, a.pods)
     if "churn" in parts and a.churn:
