@@ -26,9 +26,8 @@ FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB; whether a device no one holds has memory
 # read every cycle whatever the metrics file lists (GPM only when it lists it: it costs)
 ALWAYS_READ = (ENERGY, UTIL, FB_USED)
 
-Owner = tuple[str, str, str]  # (namespace, pod, container); ("", "", "") for the device itself
-HolderKey = tuple[str, str, str, str]  # (device key, namespace, pod, container)
-SELF: Owner = ("", "", "")
+# (device key, namespace, pod, container); the names are "" for a device holding itself
+HolderKey = tuple[str, str, str, str]
 
 
 # One holder's part of one GPU during an interval: (holder, device labels, alloc, busy,

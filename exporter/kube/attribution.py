@@ -136,10 +136,6 @@ class Attribution:
             self._sharers = sharers
         self._built_from = pm
 
-    def shared_keys(self) -> frozenset[str]:
-        """Devices held by several containers."""
-        return self.mapper.map.shared
-
     @property
     def joinable(self) -> bool:
         """Whether host PIDs can be joined to pods (the API server's pods are listed)."""
@@ -148,11 +144,14 @@ class Attribution:
     def wants_processes(self) -> Callable[[str, Mapping[str, Value]], bool]:
         """Which devices' processes the collector reads this cycle (kube/usage.py)."""
         self._turn += 1
-        return wants_processes(self.mapper.map, self.joinable, self._turn)
+        trusted = not self.mapper.status
+        return wants_processes(self.mapper.map, self.joinable, self._turn, trusted)
 
     def usage(self, snap: Snapshot) -> Mapping[str, DeviceUse]:
-        """Holders and unaccounted processes of every device of ``snap``, for accounting."""
-        return self._usage.uses(snap, self.mapper.map, self._whose if self.joinable else None)
+        """Holders and unaccounted processes of every device of ``snap``, for accounting
+        (none unaccounted while the kubelet's answer is not current)."""
+        whose = self._whose if self.joinable else None
+        return self._usage.uses(snap, self.mapper.map, whose, not self.mapper.status)
 
     def holders(self) -> Mapping[str, Holder]:
         """The container holding each device that exactly one container holds."""

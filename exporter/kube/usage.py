@@ -34,12 +34,14 @@ instances of a MIG node every cycle would cost about half a second."""
 
 
 def wants_processes(
-    podmap: PodMap, join: bool, turn: int = 0
+    podmap: PodMap, join: bool, turn: int = 0, trusted: bool = True
 ) -> Callable[[str, Mapping[str, Value]], bool]:
     """Which devices' processes a cycle reads: shared devices always; devices no one
-    holds when memory is in use on them (or its amount was not read); devices one
-    container holds only when ``join`` (host PIDs can be joined to pods), and then
-    ``HELD_PER_CYCLE`` of them, the ``turn``-th lot in key order."""
+    holds when memory is in use on them (or its amount was not read), while the map is
+    ``trusted`` (the kubelet's last answer is current: before it or while it fails, a
+    device missing from the map says nothing); devices one container holds only when
+    ``join`` (host PIDs can be joined to pods), and then ``HELD_PER_CYCLE`` of them, the
+    ``turn``-th lot in key order."""
     owners = podmap.owners
     sole = sorted(k for k, v in owners.items() if len(v) == 1) if join else []
     lots = max(1, -(-len(sole) // HELD_PER_CYCLE))
@@ -51,7 +53,7 @@ def wants_processes(
         if held:
             return len(held) > 1 or key in this_turn
         used = values.get(FB_USED)
-        return used is None or used > 0
+        return trusted and (used is None or used > 0)
 
     return wanted
 
@@ -68,9 +70,14 @@ class Usage:
         # device key -> (its holders, their replica IDs, its use) as last built
         self._kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
 
-    def uses(self, snap: Snapshot, podmap: PodMap, whose: Whose | None) -> dict[str, DeviceUse]:
+    def uses(
+        self, snap: Snapshot, podmap: PodMap, whose: Whose | None, trusted: bool = True
+    ) -> dict[str, DeviceUse]:
         """Claims and unaccounted use of every device of ``snap``. ``whose`` joins a host
-        PID to its container; None when processes cannot be joined (no API server)."""
+        PID to its container; None when processes cannot be joined (no API server). While
+        the map is not ``trusted`` (wants_processes), nothing is unaccounted."""
+        if not trusted:
+            whose = None
         out = {}
         kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
         for dev in snap.entities:
@@ -79,11 +86,16 @@ class Usage:
             holders = podmap.owners.get(key, ())
             reps = podmap.replicas.get(key)
             last = self._kept.get(key)
-            if procs is not None:
+            if procs is not None and (trusted or holders):
                 got = _use(key, podmap, procs, whose)
                 if whose is not None and len(holders) == 1:  # read in turn: kept till next
                     kept[key] = (holders, reps, got)
-            elif last is not None and last[0] == holders and last[1] == reps:
+            elif (
+                last is not None
+                and last[0] == holders
+                and last[1] == reps
+                and (trusted or not last[2].unaccounted_processes)
+            ):
                 got = last[2]
                 kept[key] = last
             else:

@@ -144,3 +144,15 @@ def test_a_held_device_keeps_what_its_last_read_found_until_its_holder_changes()
     assert seen == [1, 1, 1]
     other = podmap({"H": (B,)})  # a new holder: what was read for the old one no longer holds
     assert usage.uses(snap({}, "H"), other, whose)["H"].unaccounted_processes == 0
+
+
+def test_while_the_kubelets_answer_is_not_current_nothing_is_unaccounted() -> None:
+    """Before the first answer, or while the kubelet fails, a device missing from the map
+    may well be held: its processes are neither read nor called unaccounted."""
+    pm = podmap({"H": (A,)})
+    used = {"DCGM_FI_DEV_FB_USED": 100.0}
+    assert not wants_processes(pm, False, trusted=False)("F", used)
+    rows = (ProcUse(401, 2048.0, 0.0),)
+    got = Usage().uses(snap({"F": rows, "H": rows}, "F", "H"), pm, whose, trusted=False)
+    assert got["F"].unaccounted_processes == 0 and got["H"].unaccounted_processes == 0
+    assert [c.pod for c in got["H"].claims] == ["a"]
