@@ -38,7 +38,7 @@ from exporter.nvml.renames import Rename, renames  # noqa: E402
 MIGRATION_DIR = ALERTS_DIR / "migration"
 SRC_DIR = ALERTS_DIR / "src"
 CONFIG = ALERTS_DIR / "config.yaml"
-SOURCES = ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml")
+SOURCES = ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml", "gpu-accounting.rules.yaml")
 OUTPUT = ALERTS_DIR / "prometheusrule.yaml"
 RESOURCE_NAME = "gpu-exporter"
 
@@ -76,8 +76,9 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str_representer)
 
 
-def load_config(path: Path = CONFIG) -> dict[str, str]:
-    """The settings: ``job`` (a regex) and ``runbook_url_base``."""
+def load_config(path: Path = CONFIG) -> dict[str, Any]:
+    """The settings: ``job`` (a regex), ``runbook_url_base``, ``gpu_hour_price`` and
+    ``gpu_hour_price_by_model`` (modelName -> price)."""
     with path.open(encoding="utf-8") as f:
         cfg = yaml.safe_load(f) or {}
     for key in ("job", "runbook_url_base"):
@@ -86,7 +87,66 @@ def load_config(path: Path = CONFIG) -> dict[str, str]:
     re.compile(cfg["job"])
     if '"' in cfg["job"] or "\\" in cfg["job"]:
         raise SystemExit(f"{path}: job {cfg['job']!r}: no quotes or backslashes")
-    return {"job": cfg["job"], "runbook_url_base": cfg["runbook_url_base"].rstrip("/")}
+    return {
+        "job": cfg["job"],
+        "runbook_url_base": cfg["runbook_url_base"].rstrip("/"),
+        **prices(cfg, path),
+    }
+
+
+def _price(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise SystemExit(f"{where} must be a number of 0 or more, not {value!r}")
+    return float(value)
+
+
+def prices(cfg: dict[str, Any], path: Path = CONFIG) -> dict[str, Any]:
+    """``gpu_hour_price`` (default 0) and ``gpu_hour_price_by_model`` of a config."""
+    by_model = cfg.get("gpu_hour_price_by_model") or {}
+    if not isinstance(by_model, dict):
+        raise SystemExit(f"{path}: gpu_hour_price_by_model must map modelName to a price")
+    return {
+        "gpu_hour_price": _price(cfg.get("gpu_hour_price", 0), f"{path}: gpu_hour_price"),
+        "gpu_hour_price_by_model": {
+            str(m): _price(v, f"{path}: gpu_hour_price_by_model[{m!r}]")
+            for m, v in by_model.items()
+        },
+    }
+
+
+PRICE_TABLE = "modelName:gpu_hour_price:config"
+
+
+def _promql_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def price_table(cfg: dict[str, Any]) -> str | None:
+    """The per-model price rule's expression, or None when no model has its own price."""
+    by_model = cfg.get("gpu_hour_price_by_model") or {}
+    if not by_model:
+        return None
+    return "\nor\n".join(
+        f'label_replace(vector({price!r}), "modelName", {_promql_string(model)}, "", "")'
+        for model, price in sorted(by_model.items())
+    )
+
+
+def priced(expr: str, cfg: dict[str, Any]) -> str:
+    """``expr`` with each ``priced(X)`` replaced by X times the price of its modelName."""
+    while (at := expr.find("priced(")) >= 0:
+        depth, end = 0, at + len("priced")
+        for end in range(at + len("priced"), len(expr)):
+            depth += {"(": 1, ")": -1}.get(expr[end], 0)
+            if depth == 0:
+                break
+        inner = expr[at + len("priced(") : end]
+        default = f"({inner}) * {cfg.get('gpu_hour_price', 0.0)!r}"
+        if cfg.get("gpu_hour_price_by_model"):
+            table = f"({inner}) * on (modelName) group_left () {PRICE_TABLE}"
+            default = f"({table}\n  or\n  {default})"
+        expr = expr[:at] + default + expr[end + 1 :]
+    return expr
 
 
 def select_job(expr: str, job: str) -> str:
@@ -187,16 +247,22 @@ def any_release(expr: str) -> str:
     return re.sub("\x00(\\d+)\x00", lambda m: kept[int(m[1])], expr)
 
 
-def apply(groups: list[dict[str, Any]], cfg: dict[str, str]) -> list[dict[str, Any]]:
+def apply(groups: list[dict[str, Any]], cfg: dict[str, Any]) -> list[dict[str, Any]]:
     """The groups with device-level alerts once per GPU, the job selected, runbooks set,
-    renamed fields read under either name."""
+    GPU-hours priced, renamed fields read under either name."""
     for group in groups:
+        if any(rule.get("price_table") for rule in group["rules"]):
+            table = price_table(cfg)
+            group["rules"] = [r for r in group["rules"] if table or not r.get("price_table")]
+            for rule in group["rules"]:
+                if rule.pop("price_table", None):
+                    rule["expr"] = table
         for rule in group["rules"]:
             per_gpu = rule.pop("once_per_gpu", None)
             if per_gpu:
                 keep = tuple(per_gpu) if isinstance(per_gpu, list) else ()
                 rule["expr"] = once_per_gpu(rule["expr"], keep)
-            rule["expr"] = any_release(select_job(rule["expr"], cfg["job"]))
+            rule["expr"] = any_release(select_job(priced(rule["expr"], cfg), cfg["job"]))
             if "alert" in rule:
                 url = f"{cfg['runbook_url_base']}/{rule['alert']}.md"
                 rule.setdefault("annotations", {})["runbook_url"] = url
@@ -204,7 +270,7 @@ def apply(groups: list[dict[str, Any]], cfg: dict[str, str]) -> list[dict[str, A
 
 
 def load_groups(
-    src_dir: Path = SRC_DIR, cfg: dict[str, str] | None = None, names: tuple[str, ...] = SOURCES
+    src_dir: Path = SRC_DIR, cfg: dict[str, Any] | None = None, names: tuple[str, ...] = SOURCES
 ) -> list[dict[str, Any]]:
     """Rule groups of the templates ``names``, in order, with the settings applied."""
     groups: list[dict[str, Any]] = []
@@ -218,7 +284,7 @@ def _dump(obj: Any) -> str:
     return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
 
 
-def render_rules(name: str, src_dir: Path = SRC_DIR, cfg: dict[str, str] | None = None) -> str:
+def render_rules(name: str, src_dir: Path = SRC_DIR, cfg: dict[str, Any] | None = None) -> str:
     """The full text of the rule file ``name`` for a Prometheus's rule_files."""
     cfg = cfg or load_config()
     head = RULES_HEADER.format(source=name, job=cfg["job"], base=cfg["runbook_url_base"])
@@ -241,7 +307,7 @@ def manifest(groups: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def render(src_dir: Path = SRC_DIR, cfg: dict[str, str] | None = None) -> str:
+def render(src_dir: Path = SRC_DIR, cfg: dict[str, Any] | None = None) -> str:
     """The full text of prometheusrule.yaml."""
     body = _dump(manifest(load_groups(src_dir, cfg)))
     return HEADER.format(sources=",".join(SOURCES)) + "---\n" + body
@@ -296,7 +362,7 @@ def render_migration(name: str, cfg: dict[str, str], operator: bool) -> str:
     return head + "---\n" + _dump(obj)
 
 
-def outputs(cfg: dict[str, str] | None = None) -> dict[Path, str]:
+def outputs(cfg: dict[str, Any] | None = None) -> dict[Path, str]:
     """Every file this writes, and its text."""
     cfg = cfg or load_config()
     out = {ALERTS_DIR / name: render_rules(name, cfg=cfg) for name in SOURCES}

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import accounting
 import fleet
 import health
 import workloads
@@ -29,6 +30,7 @@ BUILDERS = {
     "gpu-fleet.json": fleet.build,
     "gpu-workloads.json": workloads.build,
     "gpu-health.json": health.build,
+    "gpu-accounting.json": accounting.build,
 }
 
 

@@ -54,7 +54,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
         cfg.hostname,
         "" if cfg.no_hostname else cfg.hostname_label,  # "": no node label (-n)
         slow_s=max(cfg.collect_timeout_s / 2, 0.5),
-        shared_keys=attribution.shared_keys if attribution else None,
+        wants_processes=attribution.wants_processes if attribution else None,
         groups=resolve(catalog, cfg.collections),  # validated before the start
         kernel_log=DEFAULT_KERNEL_LOG if cfg.kernel_log is None else cfg.kernel_log or None,
     )

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from exporter import __version__, checks, flags48, kubeflags, logsetup
+from exporter.accounting import options as accounting
 from exporter.config import (
     DEFAULT_ADDRESS,
     DEFAULT_AUTH_EXCLUDED,
@@ -155,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         "only (env GPU_EXPORTER_KERNEL_LOG; default /dev/kmsg, the simulated driver's with "
         "--simulate)",
     )
+    accounting.add_flags(g)
     kubeflags.add_flags(g)
     g.add_argument(
         "--check",
@@ -283,6 +285,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> Config:
         web_systemd_socket=r.dcgm_boolean("web-systemd-socket"),
         kernel_log=_kernel_log(r),
         **http,
+        **accounting.config(r),
     )
     return flags48.apply(r, cfg)
 

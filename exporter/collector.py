@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from exporter.accounting.plan import ALWAYS_READ
 from exporter.catalog import Catalog
 from exporter.nvml.devices import Device, Enumerator, Inventory
 from exporter.nvml.events import XidState, XidWatcher
 from exporter.nvml.fabric import FabricReader
-from exporter.nvml.fields import Field, Scope, Source, with_inputs
+from exporter.nvml.fields import FIELDS, Field, Scope, Source, with_inputs
 from exporter.nvml.gpm import GpmReader
 from exporter.nvml.p2p import P2PReader, P2PSeries
 from exporter.nvml.prime import prime_new_devices
@@ -37,6 +38,8 @@ from exporter.watchgroups import Group, default_fields
 
 log = logging.getLogger(__name__)
 
+# Which devices' process lists a cycle reads: (device key, its values so far) -> yes/no
+Wanted = Callable[[str, Mapping[str, Value]], bool]
 QUARANTINE_S = 60.0
 
 
@@ -50,13 +53,14 @@ class Collector:
         hostname_label: str = "Hostname",
         slow_s: float = 2.0,
         clock: Callable[[], float] = time.time,
-        shared_keys: Callable[[], frozenset[str]] | None = None,
+        wants_processes: Callable[[], Wanted] | None = None,
         groups: tuple[Group, ...] = (),
         kernel_log: str | None = None,
     ) -> None:
-        """``kernel_log``: the kernel log to read XIDs 79, 119 and 120 from (/dev/kmsg);
-        None: from NVML events only."""
-        fields = default_fields(catalog, groups)
+        """``wants_processes``: which devices' process lists a cycle reads (pod
+        attribution and accounting); ``kernel_log``: the kernel log to read XIDs 79, 119
+        and 120 from (/dev/kmsg); None: from NVML events only."""
+        fields = _fields(catalog, groups)
         self.session = Session()
         self.enumerator = Enumerator(
             self.session, hostname, hostname_label, [m.field for m in catalog.labels]
@@ -75,7 +79,7 @@ class Collector:
         self._last: Snapshot | None = None  # the last cycle's snapshot
         self._set_groups(groups)
         self.processes = ProcessReader(self.session)
-        self.shared_keys = shared_keys or frozenset
+        self.wants_processes = wants_processes
         self.slow_s = slow_s
         self.clock = clock
         self.busy_with = ""  # what the worker is reading now, for /ready when a call hangs
@@ -90,7 +94,7 @@ class Collector:
         known about devices (identities, unsupported fields, GPM samples, XID
         counts) is kept; label fields that changed are read again.
         """
-        fields = default_fields(catalog, groups)
+        fields = _fields(catalog, groups)
         self.reader.set_fields(fields)
         self.gpm.set_fields(fields)
         self.fabric.set_fields(fields)
@@ -162,7 +166,7 @@ class Collector:
 
         values: dict[str, dict[str, Value]] = {}
         procs: dict[str, tuple[ProcUse, ...]] = {}
-        shared = self.shared_keys()
+        wanted = self.wants_processes() if self.wants_processes else None
         down: list[Device] = list(inv.lost)
         for d in inv.lost:
             problems.append(f"GPU {d.index} ({d.uuid}) is not answering (lost)")
@@ -188,7 +192,7 @@ class Collector:
                 members = members_of.get(gpu.key, [])
                 try:
                     gpm_s = self._read_gpu(
-                        gpu, gpu.key in inv.mig_enabled, members, start, shared, values, procs
+                        gpu, gpu.key in inv.mig_enabled, members, start, wanted, values, procs
                     )
                 except DeviceLost as e:
                     for dev in [gpu, *members]:
@@ -298,7 +302,7 @@ class Collector:
         mig: bool,
         members: list[Device],
         start: float,
-        shared: frozenset[str],
+        wanted: Wanted | None,
         values: dict[str, dict[str, Value]],
         procs: dict[str, tuple[ProcUse, ...]],
     ) -> float:
@@ -317,7 +321,7 @@ class Collector:
             p0 = time.perf_counter()
             vals.update(self.gpm.read(dev, start))
             gpm_s += time.perf_counter() - p0
-            if dev.key in shared:
+            if wanted is not None and wanted(dev.key, vals):
                 procs[dev.key] = self.processes.read(dev)
         return gpm_s
 
@@ -359,3 +363,12 @@ class Collector:
         for key in changed & {g.key for g in inv.gpus}:
             for reader, _ in self._readers():
                 reader.recheck(key)
+
+
+def _fields(catalog: Catalog, groups: tuple[Group, ...]) -> list[Field]:
+    """What the collect-interval cycle reads (the catalog's fields and their inputs that
+    no group reads), plus what accounting needs every cycle (energy, utilization, memory
+    used) where the catalog does not list it."""
+    listed = {f.name for f in with_inputs(m.field for m in catalog.metrics)}
+    extra = [FIELDS[n] for n in ALWAYS_READ if n not in listed]
+    return with_inputs([*default_fields(catalog, groups), *extra])

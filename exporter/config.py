@@ -27,6 +27,8 @@ _GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
 DEFAULT_HTTP_WRITE_TIMEOUT_MS = 15000
 DEFAULT_HTTP_MAX_HEADER_BYTES = 16384
 DEFAULT_AUTH_EXCLUDED = ("/health", "/ready")
+DEFAULT_IDLE_THRESHOLD_PERCENT = 1  # GPU accounting: activity below it is idle
+DEFAULT_ACCOUNTING_RETENTION_MS = 120000  # GPU accounting: ended holders' series kept
 
 
 class ConfigError(ValueError):
@@ -122,6 +124,8 @@ class Config:
     # where XIDs 79/119/120 are read from: None the default (/dev/kmsg, or the simulated
     # driver's log with --simulate), "" not at all (NVML events only)
     kernel_log: str | None = None
+    accounting_idle_below: float = DEFAULT_IDLE_THRESHOLD_PERCENT / 100  # activity 0..1
+    accounting_retention_s: float = DEFAULT_ACCOUNTING_RETENTION_MS / 1000
 
 
 def _int(value: str) -> int | None:

@@ -284,6 +284,7 @@ class Poller:
                 attr.sharers(),
                 group,
                 workloads,
+                None if group else attr.usage(snap),
             )
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)

@@ -78,3 +78,18 @@ def masked(text: str) -> str:
             line = line[: line.rindex(" ")] + " <v>"
         out.append(line)
     return "\n".join(out) + "\n"
+
+
+# GPU accounting's per-holder families: a holder's series outlive it by the retention
+HOLDER_FAMILIES = (
+    "gpu_exporter_allocated_gpu_seconds_total",
+    "gpu_exporter_busy_gpu_seconds_total",
+    "gpu_exporter_idle_gpu_seconds_total",
+    "gpu_exporter_energy_joules_total",
+)
+
+
+def without_holders(text: str) -> str:
+    """The exposition without the accounting holder families (which keep an ended pod's
+    labels for the retention)."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith(HOLDER_FAMILIES))

@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from exporter.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
 from exporter.catalog import Catalog
-from exporter.exposition import dcgm, jobs, pods, text, virtual
+from exporter.exposition import accounting, dcgm, jobs, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
@@ -30,6 +31,7 @@ from exporter.snapshot import Snapshot
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from exporter.accounting.claims import DeviceUse
     from exporter.kube.attribution import Holder
     from exporter.kube.sharing import Split
 
@@ -133,6 +135,12 @@ class Builder:
         self._last_layout: Layout | None = None
         self._last_derived = Derived()
         self._last_xids: list = []
+        self.accounting = True  # benchmarks/ledger.py compares a cycle without it
+        self.accounting_part = b""  # the accounting families, from the last published snapshot
+        self.ledger = Ledger(
+            getattr(cfg, "accounting_idle_below", DEFAULT_IDLE_BELOW),
+            getattr(cfg, "accounting_retention_s", DEFAULT_RETENTION_S),
+        )
 
     def dcgm(
         self,
@@ -143,8 +151,10 @@ class Builder:
         sharers: Mapping[str, Sequence[Holder]] | None = None,
         again: bool = False,
         workloads: jobs.Workloads | None = None,
+        uses: Mapping[str, DeviceUse] | None = None,
     ) -> int:
-        """Rebuild the DCGM part from ``snap``; returns its number of series.
+        """Rebuild the DCGM and accounting parts from ``snap``; returns the number of DCGM
+        series.
 
         ``again``: ``snap`` is the last cycle's with newer values of some fields (a
         collection read at its own interval): the DCGM_EXP_* windows and health,
@@ -155,6 +165,8 @@ class Builder:
         ``sharers`` (only with --kubernetes-virtual-gpus) maps a device held by
         several containers to them: its series are then repeated per holder.
         ``workloads``: HPC jobs and containers whose copies the series get.
+        ``uses`` (with pod attribution) are every device's holders for GPU
+        accounting; without it each device is its own holder.
         """
         splits = list(splits)
         xids = self._last_xids if again else self.xids.update(snap, holders)
@@ -196,6 +208,10 @@ class Builder:
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
         self.dcgm_parts = [*parts, shared.encode()]
+        if self.accounting and not again:  # a group's values: the cycle's time is counted
+            self.ledger.update(snap, uses)
+            acct, _ = accounting.families(self.ledger, uses, snap.entities)
+            self.accounting_part = acct.encode()
         return n + m
 
     @property
@@ -266,4 +282,5 @@ class Builder:
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""
-        return Exposition.of(b"".join([*self.dcgm_parts, self.selfmetrics.render()]))
+        body = [*self.dcgm_parts, self.accounting_part, self.selfmetrics.render()]
+        return Exposition.of(b"".join(body))

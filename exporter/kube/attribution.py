@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from exporter.accounting.claims import DeviceUse
 from exporter.config import KubeConfig
 from exporter.kube.cgroups import ContainerRef, container_of
 from exporter.kube.limits import Drops
 from exporter.kube.mapper import Mapper, Owner, PodMap
 from exporter.kube.podresources import PodResourcesClient
 from exporter.kube.sharing import Split, split_shared
+from exporter.kube.usage import Usage, wants_processes
 from exporter.ratelimit import RateLimitedLog
-from exporter.snapshot import Snapshot
+from exporter.snapshot import Snapshot, Value
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,11 @@ class Attribution:
         self._holders: Mapping[str, Holder] = MappingProxyType({})
         self._sharers: Mapping[str, tuple[Holder, ...]] = MappingProxyType({})
         self._built_from: PodMap | None = None  # the map the holders were built from
-        self._containers: dict[int, ContainerRef | None] = {}  # host PID -> container
+        # host PID -> (its /proc entry is visible, its container)
+        self._containers: dict[int, tuple[bool, ContainerRef | None]] = {}
         self.duration = 0.0
+        self._usage = Usage()
+        self._turn = 0  # cycles asked which process lists to read
         self._warn = RateLimitedLog(log)
         if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
             self._start_watcher()
@@ -130,9 +136,22 @@ class Attribution:
             self._sharers = sharers
         self._built_from = pm
 
-    def shared_keys(self) -> frozenset[str]:
-        """Devices held by several containers: the collector reads their processes."""
-        return self.mapper.map.shared
+    @property
+    def joinable(self) -> bool:
+        """Whether host PIDs can be joined to pods (the API server's pods are listed)."""
+        return self.watcher is not None and self.watcher.pods_synced
+
+    def wants_processes(self) -> Callable[[str, Mapping[str, Value]], bool]:
+        """Which devices' processes the collector reads this cycle (kube/usage.py)."""
+        self._turn += 1
+        trusted = not self.mapper.status
+        return wants_processes(self.mapper.map, self.joinable, self._turn, trusted)
+
+    def usage(self, snap: Snapshot) -> Mapping[str, DeviceUse]:
+        """Holders and unaccounted processes of every device of ``snap``, for accounting
+        (none unaccounted while the kubelet's answer is not current)."""
+        whose = self._whose if self.joinable else None
+        return self._usage.uses(snap, self.mapper.map, whose, not self.mapper.status)
 
     def holders(self) -> Mapping[str, Holder]:
         """The container holding each device that exactly one container holds."""
@@ -163,23 +182,31 @@ class Attribution:
 
     def splits(self, snap: Snapshot) -> list[Split]:
         """Per-container shares of the shared devices of ``snap`` (PIDs joined to pods here)."""
-        joinable = self.watcher is not None and self.watcher.pods_synced
         live = {p.pid for ps in snap.processes.values() for p in ps}
         for pid in [p for p in self._containers if p not in live]:
             del self._containers[pid]  # PIDs get reused
-        return split_shared(snap, self.mapper.map, self._owner_of if joinable else None)
+        return split_shared(snap, self.mapper.map, self._owner_of if self.joinable else None)
 
     def _owner_of(self, pid: int) -> Owner | None:
-        if pid not in self._containers:
-            self._containers[pid] = container_of(pid, self.cfg.host_proc)
-        ref = self._containers[pid]
+        return self._whose(pid)[1]
+
+    def _whose(self, pid: int) -> tuple[bool, Owner | None]:
+        """(known, owner) of a host PID: known False when the join cannot tell (its /proc
+        entry is not visible, its container not yet listed); owner None when it runs in
+        no pod or in a pod the API server does not know (a deleted pod's leftover)."""
+        got = self._containers.get(pid)
+        if got is None:
+            ref = container_of(pid, self.cfg.host_proc)
+            visible = ref is not None or os.path.isdir(os.path.join(self.cfg.host_proc, str(pid)))
+            got = self._containers[pid] = (visible, ref)
+        visible, ref = got
         if ref is None or self.watcher is None:
-            return None
+            return visible, None
         info = self.watcher.pod(ref.pod_uid)
         if info is None:
-            return None
+            return True, None
         name = info.containers.get(ref.container_id)
-        return Owner(info.namespace, info.name, name) if name else None
+        return (True, Owner(info.namespace, info.name, name)) if name else (False, None)
 
     # --- status -----------------------------------------------------------
     def details(self) -> list[str]:

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 _GAP = frozenset({N.NVML_ERROR_NOT_FOUND})
 _MIG_MODE = Call("nvmlDeviceGetMigMode")
 _MAX_MIG = Call("nvmlDeviceGetMaxMigDeviceCount")
+_NO_PROFILE = frozenset({N.NVML_ERROR_NOT_SUPPORTED, N.NVML_ERROR_INVALID_ARGUMENT})
+FALLBACK_GPU_SLICES = 7  # A100, H100, H200, B200; used only when NVML lists no profile
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -47,6 +49,8 @@ class Device:
     gi: int | None = None
     ci: int | None = None
     profile: str = ""
+    slices: int = 0  # MIG: compute slices of the instance (from its attributes, not its name)
+    gpu_slices: int = 0  # MIG: compute slices of the whole GPU (its largest GPU instance profile)
 
     @property
     def is_mig(self) -> bool:
@@ -96,6 +100,7 @@ class Enumerator:
         self._mig: dict[str, Device] = {}  # MIG UUID -> instance
         self._seen: dict[str, Device] = {}  # every GPU ever seen, by UUID
         self._mig_slots: dict[str, int] = {}  # GPU UUID -> nvmlDeviceGetMaxMigDeviceCount
+        self._gpu_slices: dict[str, int] = {}  # GPU UUID -> compute slices of the whole GPU
         self._uuid_buf = ctypes.create_string_buffer(N.NVML_DEVICE_UUID_V2_BUFFER_SIZE)
         self._uuid_len = ctypes.c_uint(N.NVML_DEVICE_UUID_V2_BUFFER_SIZE)
 
@@ -111,6 +116,7 @@ class Enumerator:
         self._known.clear()
         self._mig.clear()
         self._mig_slots.clear()
+        self._gpu_slices.clear()
 
     def enumerate(self) -> Inventory:
         """One enumeration pass; raises :class:`DriverGone` if NVML is unusable."""
@@ -228,6 +234,9 @@ class Enumerator:
         ci = s.call(Call("nvmlDeviceGetComputeInstanceId"), handle)
         attrs = s.call(Call("nvmlDeviceGetAttributes_v2"), handle)
         profile = f"{attrs.gpuInstanceSliceCount}g.{math.ceil(attrs.memorySizeMB / 1024)}gb"
+        # the compute instance's slices: several compute instances of one GPU instance
+        # then add up to the GPU instance's, never more
+        slices = attrs.computeInstanceSliceCount or attrs.gpuInstanceSliceCount
         base = list(gpu.labels)
         at = [k for k, _ in base].index("modelName") + 1
         mig = [("GPU_I_PROFILE", profile), ("GPU_I_ID", str(gi))]
@@ -245,9 +254,37 @@ class Enumerator:
             gi,
             ci,
             profile,
+            slices,
+            self._slices_of(gpu),
         )
         self._mig[key] = dev
         return dev
+
+    def _slices_of(self, gpu: Device) -> int:
+        """Compute slices of a whole GPU: the most any GPU instance profile it supports has
+        (7 on A100 and H100, 4 on A30), asked once per GPU."""
+        got = self._gpu_slices.get(gpu.key)
+        if got is not None:
+            return got
+        most = 0
+        for profile in range(N.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = self.session.run(
+                    "nvmlDeviceGetGpuInstanceProfileInfo", gpu.handle, profile, empty=_NO_PROFILE
+                )
+            except (Unavailable, CallFailed):
+                break  # the driver lacks the call: no profile will answer
+            if info is not None:
+                most = max(most, int(info.sliceCount))
+        if not most:
+            log.info(
+                "GPU %d: NVML lists no GPU instance profile; taking %d compute slices",
+                gpu.index,
+                FALLBACK_GPU_SLICES,
+            )
+            most = FALLBACK_GPU_SLICES
+        self._gpu_slices[gpu.key] = most
+        return most
 
 
 __all__ = ["Device", "DriverGone", "Enumerator", "Inventory"]

@@ -111,13 +111,23 @@ class Device:
         """The physical GPU (itself, or a MIG device's parent)."""
         raise NotImplementedError
 
-    def memory(self) -> tuple[int, int, int, int]:
-        """(total, reserved, free, used) bytes."""
+    def memory(self, t: float = 0.0) -> tuple[int, int, int, int]:
+        """(total, reserved, free, used) bytes at sim time ``t``."""
         raise NotImplementedError
 
-    def process_rows(self) -> list[tuple[ProcessSpec, int, int]]:
-        """(process, GPU instance id, compute instance id) per running process."""
+    def process_rows(self, t: float = 0.0) -> list[tuple[ProcessSpec, int, int]]:
+        """(process, GPU instance id, compute instance id) per process running at ``t``."""
         raise NotImplementedError
+
+    def live(self, t: float) -> tuple[ProcessSpec, ...]:
+        """This device's own processes running at sim time ``t`` (fleet ``start``/``end``)."""
+        return tuple(p for p in self.processes if p.alive(t))
+
+    def used_at(self, t: float) -> int:
+        """MiB in use at ``t``: the processes running then (or the load's memory, if more)."""
+        if all(p.start == 0 and p.end is None for p in self.processes):
+            return self.used_mib
+        return memory_in_use_mib(self.spec.load, self.processes, t)  # type: ignore[attr-defined]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -143,13 +153,13 @@ class MigState(Device):
     def index(self) -> int:
         return self.spec.index
 
-    def process_rows(self) -> list[tuple[ProcessSpec, int, int]]:
-        return [(p, self.spec.gi, self.spec.ci) for p in self.processes]
+    def process_rows(self, t: float = 0.0) -> list[tuple[ProcessSpec, int, int]]:
+        return [(p, self.spec.gi, self.spec.ci) for p in self.live(t)]
 
-    def memory(self) -> tuple[int, int, int, int]:
+    def memory(self, t: float = 0.0) -> tuple[int, int, int, int]:
         """(total, reserved, free, used) bytes of this instance."""
         total = self.spec.profile.memory_mib * MiB
-        used = self.used_mib * MiB
+        used = self.used_at(t) * MiB
         return total, 0, total - used, used
 
 
@@ -360,17 +370,22 @@ class GpuState(Device):
         kib = total_kib_s * (3600.0 + self.activity.util.integral(t) / 100.0)
         return int(kib if link is None else kib / self.model.nvlinks)
 
-    def memory(self) -> tuple[int, int, int, int]:
+    def used_at(self, t: float) -> int:
+        if self.mig_enabled:
+            return sum(m.used_at(t) for m in self.migs)
+        return super().used_at(t)
+
+    def memory(self, t: float = 0.0) -> tuple[int, int, int, int]:
         """(total, reserved, free, used) bytes, with used excluding reserved (nvmlMemory_v2)."""
         total = self.model.memory_mib * MiB
         reserved = self.model.memory_reserved_mib * MiB
-        used = self.used_mib * MiB
+        used = self.used_at(t) * MiB
         return total, reserved, total - reserved - used, used
 
-    def process_rows(self) -> list[tuple[ProcessSpec, int, int]]:
+    def process_rows(self, t: float = 0.0) -> list[tuple[ProcessSpec, int, int]]:
         if self.mig_enabled:
-            return [row for m in self.migs for row in m.process_rows()]
-        return [(p, NA, NA) for p in self.processes]
+            return [row for m in self.migs for row in m.process_rows(t)]
+        return [(p, NA, NA) for p in self.live(t)]
 
     def supported_events(self) -> int:
         extra = pynvml.nvmlEventMigConfigChange if self.model.mig_capable else 0

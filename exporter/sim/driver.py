@@ -15,6 +15,7 @@ from typing import Any
 
 import pynvml
 
+from exporter.sim import pods
 from exporter.sim.clock import ManualClock
 from exporter.sim.devices import Device, GpuState
 from exporter.sim.events import EventHub
@@ -90,6 +91,12 @@ class SimDriver:
     def now(self) -> float:
         """Sim time in seconds."""
         return self.clock() - self._t0
+
+    def pods(self, t: float | None = None) -> list[dict[str, Any]]:
+        """The fleet's pods running at sim time ``t`` (default now), as pod-resources
+        ``List`` entries with the devices' current IDs (exporter/sim/pods.py)."""
+        with self.lock:
+            return pods.running(self.fleet.pods, self.gpus, self.now() if t is None else t)
 
     def epoch_us(self, t: float) -> int:
         """Sim time t as wall-clock microseconds (NVML timestamps)."""

@@ -21,6 +21,7 @@ from exporter.sim import mig as miglayout
 from exporter.sim.faults import Fault, parse_fault
 from exporter.sim.latency import LatencySpec
 from exporter.sim.models import GpuModel, MigProfile, catalog
+from exporter.sim.pods import PodSpec, parse_pods
 from exporter.sim.schema import FleetError, Reader, join
 from exporter.sim.specs import (
     GpuSpec,
@@ -56,12 +57,12 @@ DEFAULT_FLEET = FLEETS_DIR / "default.yaml"
 _BUS_ID = re.compile(r"^[0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 _TOP_KEYS = ("hostname", "driver_version", "nvml_version", "cuda_driver_version", "latency",
-             "missing_functions", "fabric", "mig_monitor", "gpus", "faults")  # fmt: skip
+             "missing_functions", "fabric", "mig_monitor", "gpus", "faults", "pods")  # fmt: skip
 _GPU_KEYS = ("model", "uuid", "pci_bus_id", "serial", "ecc", "load", "processes", "mig",
              "fabric")  # fmt: skip
 _MIG_KEYS = ("profile", "gi", "ci", "index", "uuid", "load", "processes")
 _LOAD_KEYS = ("util", "mem_util", "mem_used_mib", "power", "swing", "period_s", "enc", "dec")
-_PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type")
+_PROCESS_KEYS = ("pid", "used_memory_mib", "sm_util", "mem_util", "type", "start", "end")
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Fleet:
     latency: LatencySpec = field(default_factory=LatencySpec)
     missing_functions: frozenset[str] = frozenset()
     mig_monitor: bool = True  # the caller may watch MIG instances (root, CAP_SYS_ADMIN)
+    pods: tuple[PodSpec, ...] = ()  # the kubelet's side: exporter/sim/pods.py
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "<fleet>") -> Fleet:
@@ -164,6 +166,7 @@ class _Loader:
             latency=self.latency(data.get("latency"), names),
             missing_functions=missing,
             mig_monitor=r.boolean(data.get("mig_monitor", True), "mig_monitor"),
+            pods=parse_pods(r, data.get("pods"), gpus),
         )
 
     def fault(self, raw: Any, path: str, models: list[GpuModel]) -> Fault:
@@ -343,6 +346,10 @@ class _Loader:
             if kind not in ("compute", "graphics", "mps"):
                 r.fail(join(ppath, "type"), f"'{kind}' is not compute, graphics or mps")
             sm = r.number(p.get("sm_util", 0), join(ppath, "sm_util"), lo=0, hi=100)
+            start = r.number(p.get("start", 0), join(ppath, "start"), lo=0, hi=None)
+            end = p.get("end")
+            if end is not None:
+                end = r.number(end, join(ppath, "end"), lo=start, hi=None)
             out.append(
                 ProcessSpec(
                     pid=pid,
@@ -354,6 +361,8 @@ class _Loader:
                         p.get("mem_util", sm * 0.5), join(ppath, "mem_util"), lo=0, hi=100
                     ),
                     type=kind,
+                    start=start,
+                    end=end,
                 )
             )
         return tuple(out)

@@ -227,3 +227,55 @@ def attributes(drv: SimDriver, dev: Device, now: float, attrs_ref: Any) -> int:
     a.computeInstanceSliceCount = p.slices
     a.memorySizeMB = p.memory_mib
     return OK
+
+
+# NVML_GPU_INSTANCE_PROFILE_<N>_SLICE constants by compute slices (nvml.h); the variants
+# (REV1, REV2, media-engine flavours) answer NOT_SUPPORTED here.
+_PROFILE_BY_SLICES = {
+    1: pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+    2: pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
+    3: pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
+    4: pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
+    6: pynvml.NVML_GPU_INSTANCE_PROFILE_6_SLICE,
+    7: pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+    8: pynvml.NVML_GPU_INSTANCE_PROFILE_8_SLICE,
+}
+
+
+def _profile_info(drv: SimDriver, dev: Device, profile: Any, info_ref: Any) -> int:
+    if not isinstance(dev, GpuState) or not dev.model.mig_capable:
+        return NOT_SUPPORTED
+    wanted = value(profile)
+    for p in dev.model.mig_profiles:  # the first (smallest) profile of each slice count
+        if _PROFILE_BY_SLICES.get(p.slices) == wanted:
+            info = out(info_ref)
+            info.id = p.id
+            info.sliceCount = p.slices
+            info.instanceCount = len(p.placements)
+            info.multiprocessorCount = p.sm
+            info.copyEngineCount = p.ce
+            info.decoderCount = p.dec
+            info.encoderCount = p.enc
+            info.jpegCount = p.jpeg
+            info.ofaCount = p.ofa
+            info.memorySizeMB = p.memory_mib
+            return OK
+    if not 0 <= wanted < pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT:
+        return INVALID_ARGUMENT
+    return NOT_SUPPORTED
+
+
+@calls.device("nvmlDeviceGetGpuInstanceProfileInfo")
+def gpu_instance_profile_info(
+    drv: SimDriver, dev: Device, now: float, profile: Any, info_ref: Any
+) -> int:
+    return _profile_info(drv, dev, profile, info_ref)
+
+
+@calls.device("nvmlDeviceGetGpuInstanceProfileInfoV")
+def gpu_instance_profile_info_v(
+    drv: SimDriver, dev: Device, now: float, profile: Any, info_ref: Any
+) -> int:
+    if out(info_ref).version != pynvml.nvmlGpuInstanceProfileInfo_v2:
+        return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    return _profile_info(drv, dev, profile, info_ref)

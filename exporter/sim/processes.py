@@ -32,18 +32,19 @@ _DETAIL = struct.Struct("=I4xQIIQ")  # ... and usedGpuCcProtectedMemory
 _MODES = {0: "compute", 1: "graphics", 2: "mps"}  # nvmlProcessMode_t
 
 
-def _rows(dev: Device, kind: str) -> list[tuple[int, int, int, int]]:
-    """(pid, used bytes or NOT_AVAILABLE, GPU instance id, compute instance id)."""
+def _rows(dev: Device, now: float, kind: str) -> list[tuple[int, int, int, int]]:
+    """(pid, used bytes or NOT_AVAILABLE, GPU instance id, compute instance id) of the
+    processes of ``kind`` running at ``now``."""
     mig = dev.is_mig or dev.gpu.mig_enabled
     return [
         (p.pid, NOT_AVAILABLE if mig else p.used_memory_mib * MiB, gi, ci)
-        for p, gi, ci in dev.process_rows()
+        for p, gi, ci in dev.process_rows(now)
         if p.type == kind
     ]
 
 
-def _list(drv: SimDriver, dev: Device, kind: str, count_ref: Any, infos: Any) -> int:
-    rows = _rows(dev, kind)
+def _list(drv: SimDriver, dev: Device, now: float, kind: str, count_ref: Any, infos: Any) -> int:
+    rows = _rows(dev, now, kind)
     count = out(count_ref)
     n, wanted = len(rows), count.value
     count.value = n
@@ -63,14 +64,14 @@ def _list(drv: SimDriver, dev: Device, kind: str, count_ref: Any, infos: Any) ->
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2", mig=True
 )
 def compute_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
-    return _list(drv, dev, "compute", count_ref, infos)
+    return _list(drv, dev, now, "compute", count_ref, infos)
 
 
 @calls.device(
     "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2", mig=True
 )
 def graphics_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
-    return _list(drv, dev, "graphics", count_ref, infos)
+    return _list(drv, dev, now, "graphics", count_ref, infos)
 
 
 @calls.device(
@@ -80,7 +81,7 @@ def graphics_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, 
 )
 def mps_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
     """Clients of the MPS server (Volta and newer), which the compute list leaves out."""
-    return _list(drv, dev, "mps", count_ref, infos)
+    return _list(drv, dev, now, "mps", count_ref, infos)
 
 
 @calls.device("nvmlDeviceGetRunningProcessDetailList", mig=True)
@@ -91,7 +92,7 @@ def process_detail_list(drv: SimDriver, dev: Device, now: float, plist_ref: Any)
     kind = _MODES.get(plist.mode)
     if kind is None:
         return pynvml.NVML_ERROR_INVALID_ARGUMENT
-    rows = _rows(dev, kind)
+    rows = _rows(dev, now, kind)
     if not plist.procArray or plist.numProcArrayEntries < len(rows):
         plist.numProcArrayEntries = len(rows)
         return INSUFFICIENT_SIZE if rows else OK
@@ -116,7 +117,7 @@ def _samples(drv: SimDriver, gpu: GpuState, now: float, last_seen: int) -> list[
         return []
     factor = gpu.activity.factor(tick)
     rows = []
-    for p in gpu.processes:
+    for p in gpu.live(now):
         sm = min(100, round(p.sm_util * factor))
         mem = min(100, round(p.mem_util * factor))
         rows.append((p.pid, stamp, sm, mem, 0, 0))
@@ -130,7 +131,7 @@ def process_utilization(
     if gpu.mig_enabled:
         return pynvml.NVML_ERROR_NOT_SUPPORTED
     count = out(count_ref)
-    if not gpu.processes:
+    if not gpu.live(now):
         # Nothing runs: success with no samples (pynvml then raises NVMLError(0)).
         count.value = 0
         return OK

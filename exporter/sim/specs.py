@@ -26,6 +26,11 @@ class ProcessSpec:
     sm_util: float
     mem_util: float
     type: str  # "compute", "graphics" or "mps" (a client of the MPS server)
+    start: float = 0.0  # sim seconds it appears at
+    end: float | None = None  # sim seconds it exits at (None: runs on)
+
+    def alive(self, t: float) -> bool:
+        return self.start <= t and (self.end is None or t < self.end)
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,10 @@ def default_bus_id(index: int) -> str:
     return f"{index // len(_DGX_BUSES):08X}:{_DGX_BUSES[index % len(_DGX_BUSES)]:02X}:00.0"
 
 
-def memory_in_use_mib(load: LoadSpec, processes: tuple[ProcessSpec, ...]) -> int:
-    """Memory in use on a device: its processes' memory, or load.mem_used_mib if more."""
-    total = sum(p.used_memory_mib for p in processes)
+def memory_in_use_mib(
+    load: LoadSpec, processes: tuple[ProcessSpec, ...], t: float | None = None
+) -> int:
+    """Memory in use on a device: its processes' memory (those alive at ``t``, all when
+    None), or load.mem_used_mib if more."""
+    total = sum(p.used_memory_mib for p in processes if t is None or p.alive(t))
     return max(total, load.mem_used_mib or 0)

@@ -32,7 +32,7 @@ def utilization(drv: SimDriver, gpu: GpuState, now: float, util_ref: Any) -> int
 
 @calls.device("nvmlDeviceGetMemoryInfo", mig=True)
 def memory_v1(drv: SimDriver, dev: Device, now: float, mem_ref: Any) -> int:
-    total, reserved, free, used = dev.memory()
+    total, reserved, free, used = dev.memory(now)
     m = out(mem_ref)
     m.total, m.free, m.used = total, free, used + reserved
     return OK
@@ -43,7 +43,7 @@ def memory_v2(drv: SimDriver, dev: Device, now: float, mem_ref: Any) -> int:
     m = out(mem_ref)
     if m.version != pynvml.nvmlMemory_v2:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
-    m.total, m.reserved, m.free, m.used = dev.memory()
+    m.total, m.reserved, m.free, m.used = dev.memory(now)
     return OK
 
 

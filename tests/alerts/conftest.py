@@ -12,6 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ALERTS = REPO / "alerts"
+RULE_FILES = ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml", "gpu-accounting.rules.yaml")
 
 
 def _tool(names: tuple[str, ...], package: str) -> str:
@@ -47,18 +48,25 @@ def _load(path: Path) -> Any:
         return yaml.safe_load(f)
 
 
+def _rules() -> list[dict[str, Any]]:
+    return [
+        rule
+        for name in RULE_FILES
+        for group in _load(ALERTS / name)["groups"]
+        for rule in group["rules"]
+    ]
+
+
 @pytest.fixture(scope="session")
 def alert_rules() -> list[dict[str, Any]]:
-    """Every alerting rule of alerts/gpu-alerts.rules.yaml."""
-    groups = _load(ALERTS / "gpu-alerts.rules.yaml")["groups"]
-    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+    """Every alerting rule of the generated rule files."""
+    return [rule for rule in _rules() if "alert" in rule]
 
 
 @pytest.fixture(scope="session")
 def recording_rules() -> list[dict[str, Any]]:
-    """Every recording rule of alerts/gpu-recording.rules.yaml."""
-    groups = _load(ALERTS / "gpu-recording.rules.yaml")["groups"]
-    return [rule for group in groups for rule in group["rules"]]
+    """Every recording rule of the generated rule files."""
+    return [rule for rule in _rules() if "record" in rule]
 
 
 @pytest.fixture(scope="session")

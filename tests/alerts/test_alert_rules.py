@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from tests.alerts.conftest import promtool_failures
+from tests.alerts.conftest import RULE_FILES, promtool_failures
 
 REPO = Path(__file__).resolve().parents[2]
 RUNBOOKS = REPO / "docs" / "runbooks"
@@ -51,15 +51,7 @@ def _expr_cases(files: list[Path]) -> list[dict[str, Any]]:
 
 
 def test_promtool_check_rules(promtool: str, alerts_dir: Path) -> None:
-    result = _run(
-        [
-            promtool,
-            "check",
-            "rules",
-            str(alerts_dir / "gpu-recording.rules.yaml"),
-            str(alerts_dir / "gpu-alerts.rules.yaml"),
-        ]
-    )
+    result = _run([promtool, "check", "rules", *(str(alerts_dir / n) for n in RULE_FILES)])
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,3 +113,74 @@ def test_every_alert_on_a_device_level_field_fires_once_per_gpu():
             if m.group(1) in device and 'GPU_I_ID=""' not in (m.group(2) or ""):
                 unmarked.append((rule["alert"], m.group(0)))
     assert unmarked == []
+
+
+def _priced_cfg(by_model: dict[str, float]) -> dict:
+    return {
+        "job": "gpu-exporter",
+        "runbook_url_base": "https://runbooks.example.org/gpu",
+        "gpu_hour_price": 2.0,
+        "gpu_hour_price_by_model": by_model,
+    }
+
+
+def test_gpu_hours_are_priced_per_model_when_listed(tmp_path: Path, promtool: str) -> None:
+    """An H100 priced at 4 a GPU-hour, everything else at the default 2: promtool checks
+    the generated cost rule on an hour of each (and a model name with a quote)."""
+    cfg = _priced_cfg({"NVIDIA H100 80GB HBM3": 4.0, 'Odd "GPU"': 9.0})
+    (tmp_path / "rules.yaml").write_text(gen.render_rules("gpu-accounting.rules.yaml", cfg=cfg))
+    held = 'gpu_exporter_allocated_gpu_seconds_total{job="gpu-exporter", namespace="ml", '
+    cost, price = "namespace_pod:gpu_cost:increase1h", "modelName:gpu_hour_price:config"
+    tests = {
+        "interval": "1m",
+        "input_series": [
+            {"series": held + f'pod="{pod}", modelName="{model}"}}', "values": "0+60x60"}
+            for pod, model in (("a", "NVIDIA H100 80GB HBM3"), ("b", "NVIDIA A100-SXM4-40GB"))
+        ],
+        "promql_expr_test": [
+            {
+                "expr": cost,
+                "eval_time": "1h",
+                "exp_samples": [
+                    {"labels": cost + '{namespace="ml", pod="a"}', "value": 4},
+                    {"labels": cost + '{namespace="ml", pod="b"}', "value": 2},
+                ],
+            },
+            {
+                "expr": price,
+                "eval_time": "1m",
+                "exp_samples": [
+                    {"labels": price + '{modelName="NVIDIA H100 80GB HBM3"}', "value": 4},
+                    {"labels": price + '{modelName="Odd \\"GPU\\""}', "value": 9},
+                ],
+            },
+        ],
+    }
+    case = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [tests]}
+    (tmp_path / "cost.test.yaml").write_text(yaml.safe_dump(case))
+    p = subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / "cost.test.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_without_per_model_prices_there_is_no_price_table() -> None:
+    text = gen.render_rules("gpu-accounting.rules.yaml", cfg=_priced_cfg({}))
+    assert "gpu_hour_price:config" not in text and "price_table" not in text
+    assert ") * 2.0" in text
+
+
+def test_a_bad_price_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    bad = tmp_path / "config.yaml"
+    base = "job: gpu-exporter\nrunbook_url_base: https://example.org\n"
+    for line, name in (
+        ("gpu_hour_price: cheap\n", "gpu_hour_price"),
+        ("gpu_hour_price: -1\n", "gpu_hour_price"),
+        ("gpu_hour_price_by_model: [4]\n", "gpu_hour_price_by_model"),
+        ("gpu_hour_price_by_model: {H100: x}\n", "gpu_hour_price_by_model['H100']"),
+    ):
+        bad.write_text(base + line)
+        with pytest.raises(SystemExit, match=re.escape(name)):
+            gen.load_config(bad)

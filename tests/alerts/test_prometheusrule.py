@@ -13,6 +13,8 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.alerts.conftest import RULE_FILES
+
 REPO = Path(__file__).resolve().parents[2]
 ALERTS = REPO / "alerts"
 SCHEMAS = REPO / "tests" / "fixtures" / "crds"  # vendored: README.md there
@@ -70,7 +72,7 @@ def test_manifest_is_current() -> None:
 
 def test_manifest_holds_the_rule_files_unchanged(manifest: dict[str, Any]) -> None:
     sources = []
-    for name in ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml"):
+    for name in RULE_FILES:
         sources.extend(yaml.safe_load((ALERTS / name).read_text(encoding="utf-8"))["groups"])
     assert manifest["spec"]["groups"] == sources
     names = [group["name"] for group in sources]

@@ -51,7 +51,9 @@ VARIABLES = {
     "gpu-fleet.json": {"cluster", "node", "gpu"},
     "gpu-health.json": {"cluster", "node", "gpu"},
     "gpu-workloads.json": {"cluster", "node", "namespace", "pod"},
+    "gpu-accounting.json": {"cluster", "namespace", "pod"},
 }
+RULE_FILES = ("gpu-recording.rules.yaml", "gpu-accounting.rules.yaml")
 GRAFANA_VARIABLES = {"__rate_interval", "__range", "__range_s", "datasource"}
 # Counters whose names do not end in _total; the remapped-row counts are shown as totals
 # on purpose (rows remapped over the GPU's life), so they are not listed, under either name.
@@ -128,8 +130,13 @@ def _served_on_the_simulator() -> frozenset[str]:
 
 
 def _known_metrics() -> set[str]:
-    rules = yaml.safe_load((REPO / "alerts/gpu-recording.rules.yaml").read_text())["groups"]
-    recorded = {rule["record"] for group in rules for rule in group["rules"]}
+    recorded = {
+        rule["record"]
+        for name in RULE_FILES
+        for group in yaml.safe_load((REPO / "alerts" / name).read_text())["groups"]
+        for rule in group["rules"]
+        if "record" in rule
+    }
     served = set(_served_on_the_simulator())
     # a served field's DCGM 4.7 name: served instead under --dcgm-exporter-version 4.9
     renamed = {r.new for r in renames() if r.old in served}
@@ -143,7 +150,7 @@ def dashboard(request: pytest.FixtureRequest) -> dict[str, Any]:
     return data
 
 
-def test_the_three_dashboards_exist() -> None:
+def test_the_dashboards_exist() -> None:
     assert [path.name for path in FILES] == sorted(VARIABLES)
 
 

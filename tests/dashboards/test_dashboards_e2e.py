@@ -103,6 +103,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "rule_files": [
             str(REPO / "alerts/gpu-recording.rules.yaml"),
             str(REPO / "alerts/gpu-alerts.rules.yaml"),
+            str(REPO / "alerts/gpu-accounting.rules.yaml"),
         ],
         "scrape_configs": [
             {

@@ -91,7 +91,10 @@ def _kubeconfig(path: Path, server: str) -> Path:
 
 
 RELEASES = ("4.8.2", "4.8.4", "4.9")
-RULES = [ROOT / "alerts" / "gpu-recording.rules.yaml", ROOT / "alerts" / "gpu-alerts.rules.yaml"]
+RULES = [
+    ROOT / "alerts" / name
+    for name in ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml", "gpu-accounting.rules.yaml")
+]
 
 
 @pytest.fixture(scope="module", params=RELEASES)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.exposition import find
+from tests.exposition import find, without_holders
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import Exporter, wait_until
 
@@ -87,8 +87,12 @@ def test_pod_deleted_loses_labels_within_one_interval(kubelet):
     try:
         wait_until(lambda: 'pod="train-0"' in exp.metrics(), 10, "pod labels")
         del kubelet.pods.pod_resources[0]  # train-0 ends
-        text = exp.wait_metrics(lambda t: 'pod="train-0"' not in t, 2, "labels gone")
+        text = exp.wait_metrics(
+            lambda t: 'pod="train-0"' not in without_holders(t), 2, "labels gone"
+        )
         assert owners(text)[("0", None)] == (None, None, None)
+        # GPU accounting keeps the ended pod's final values for its retention
+        assert find(text, "gpu_exporter_allocated_gpu_seconds_total", pod="train-0")
     finally:
         exp.stop()
 

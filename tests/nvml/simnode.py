@@ -60,8 +60,15 @@ def node(
     clock = ManualClock()
     log = kernel_log if sim_log else None
     driver = sim.install(fleet, clock=clock, latency=False, kernel_log=log)
-    extra = {} if kernel_log is None else {"kernel_log": kernel_log}
-    col = Collector(catalog, "node-a", shared_keys=shared, **extra)
+    extra: dict[str, Any] = {} if kernel_log is None else {"kernel_log": kernel_log}
+    if shared is not None:  # the devices whose process lists a cycle reads
+
+        def wants() -> Callable[[str, Any], bool]:
+            keys = shared()
+            return lambda key, _values: key in keys
+
+        extra["wants_processes"] = wants
+    col = Collector(catalog, "node-a", **extra)
     try:
         yield Node(driver, col, clock)
     finally:

@@ -218,7 +218,7 @@ async def soak(
     collector = Collector(
         catalog,
         "soak-node",
-        shared_keys=attribution.shared_keys,
+        wants_processes=attribution.wants_processes,
         clock=lambda: EPOCH + clock(),
         kernel_log=str(kmsg),
     )

@@ -1,5 +1,6 @@
 """Flags and environment resolved into one Config: flag, then variable, then default."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,26 @@ def test_help_shows_both_groups_with_every_variable():
 def test_main_returns_2_in_process(capsys):
     assert main(["-a", "nope"]) == 2
     assert "is not an address" in capsys.readouterr().err
+
+
+def test_accounting_flags_and_their_variables():
+    c = cfg(["--accounting-idle-threshold", "5", "--accounting-retention", "60000"])
+    assert (c.accounting_idle_below, c.accounting_retention_s) == (0.05, 60.0)
+    env = {"GPU_EXPORTER_ACCOUNTING_IDLE_THRESHOLD": "0", "GPU_EXPORTER_ACCOUNTING_RETENTION": "0"}
+    c = cfg([], env)
+    assert (c.accounting_idle_below, c.accounting_retention_s) == (0.0, 0.0)
+    c = cfg([])
+    assert (c.accounting_idle_below, c.accounting_retention_s) == (0.01, 120.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--accounting-idle-threshold", "101"], "--accounting-idle-threshold: '101'"),
+        (["--accounting-idle-threshold", "half"], "--accounting-idle-threshold: 'half'"),
+        (["--accounting-retention", "-1"], "--accounting-retention: '-1'"),
+    ],
+)
+def test_bad_accounting_flags_name_the_flag(argv, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        cfg(argv)

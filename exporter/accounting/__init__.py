@@ -1,0 +1,3 @@
+"""GPU accounting: allocated, busy and idle GPU-seconds and energy per holder, integrated
+every collection cycle (claims.py: who held what; plan.py: one cycle's weights;
+ledger.py: the counters across cycles, and the holders that ended)."""
