@@ -79,6 +79,30 @@ def message(payload: bytes, compressed: int = 0) -> bytes:
     return bytes([compressed]) + len(payload).to_bytes(4, "big") + payload
 
 
+# Frame types and flags (RFC 9113 section 6), for frames written as raw bytes
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
+WINDOW_UPDATE, CONTINUATION = 8, 9
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame as bytes: the 9-byte header (RFC 9113 section 4.1), then ``payload``
+    (any payload: the frames a broken server sends are written this way too)."""
+    head = len(payload).to_bytes(3, "big") + bytes((kind, flags))
+    return head + stream_id.to_bytes(4, "big") + payload
+
+
+def literal_block(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A header block any HPACK decoder takes as it is, whatever its table holds: each field
+    a literal never indexed, its strings plain (RFC 7541 section 6.2.3); names and values
+    under 127 bytes."""
+    out = bytearray()
+    for name, value in headers:
+        assert len(name) < 127 and len(value) < 127
+        out += b"\x10" + bytes((len(name),)) + name + bytes((len(value),)) + value
+    return bytes(out)
+
+
 Script = Callable[[Peer], Awaitable[None]]
 
 

@@ -11,10 +11,11 @@ import time
 import h2.settings
 import pytest
 
-from exporter.kube import grpcclient, http2, podresources
+from exporter.kube import grpcclient, podresources
 from exporter.kube.generated import podresources_pb2 as pb
 from exporter.kube.mapper import Mapper
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
+from tests.kube import h2kubelet as http2
 from tests.kube.h2kubelet import H2Kubelet, Peer, message
 
 ANSWER = pb.ListPodResourcesResponse(
@@ -192,7 +193,7 @@ async def test_a_frame_over_the_frame_size_is_refused(tmp_path):
     assert why.startswith(
         "kubelet List failed: UNAVAILABLE: the server's answer is not valid HTTP/2"
     )
-    assert "a frame of 1048576 bytes; at most 16384 are accepted" in why
+    assert "Received overlong frame: length 1048576, max 16384" in why
 
 
 @pytest.mark.parametrize("kind", ["ping", "settings"])
@@ -302,7 +303,7 @@ async def test_garbage_is_one_clear_reason_without_a_traceback(tmp_path, invento
 
 def _fields(*pairs: tuple[bytes, bytes]) -> bytes:
     """A header block any HPACK decoder takes as it is (literals, nothing indexed)."""
-    return http2.header_block(list(pairs))
+    return http2.literal_block(list(pairs))
 
 
 OK_HEADERS = _fields((b":status", b"200"), (b"content-type", b"application/grpc"))
@@ -360,19 +361,22 @@ def _stream_1(kind: int, flags: int, payload: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("frames", "expected"),
     [
-        (_stream_1(http2.PUSH_PROMISE, 4, b"\0\0\0\2" + OK_HEADERS), "PUSH_PROMISE"),
+        (_stream_1(http2.PUSH_PROMISE, 4, b"\0\0\0\2" + OK_HEADERS), "Received pushed stream"),
         (F(http2.DATA, 0, 3, b"x"), "a frame on stream 3, which this client did not open"),
         (F(http2.DATA, 0, 2, b"x"), "a frame on stream 2, which this client did not open"),
-        (_stream_1(http2.CONTINUATION, 4, OK_HEADERS), "CONTINUATION outside"),
-        (_stream_1(http2.HEADERS, 0, OK_HEADERS) + F(6, 0, 0, b"8 bytes!"), "cut by"),
+        (_stream_1(http2.CONTINUATION, 4, OK_HEADERS), "RECV_CONTINUATION"),
+        (_stream_1(http2.HEADERS, 0, OK_HEADERS) + F(6, 0, 0, b"8 bytes!"), "during header block"),
         (_stream_1(http2.DATA, http2.PADDED, b"\x05abcd"), "padding"),
-        (_stream_1(http2.HEADERS, 4, b"\xff\xff\xff\xff"), "headers that do not decode"),
-        (_stream_1(http2.HEADERS, 4, _fields((b"Grpc-Status", b"0"))), "upper case"),
-        (_stream_1(http2.HEADERS, 4, _fields((b":path", b"/"))), "exactly one :status"),
-        (_stream_1(http2.DATA, 0, b"\0\0\0\0\0"), "DATA outside the answer's body"),
-        (F(http2.SETTINGS, 0, 0, b"\0\2\0\0\0\7"), "SETTINGS 2 = 7"),
-        (F(http2.PING, 0, 1, b"8 bytes!"), "a frame of type 6 on stream 1"),
-        (F(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), "WINDOW_UPDATE"),
+        (_stream_1(http2.HEADERS, 4, b"\xff\xff\xff\xff"), "Error decoding header block"),
+        (_stream_1(http2.HEADERS, 4, _fields((b"Grpc-Status", b"0"))), "uppercase header name"),
+        (
+            _stream_1(http2.HEADERS, 4, _fields((b":path", b"/"))),
+            "missing mandatory b':status' header",
+        ),
+        (_stream_1(http2.DATA, 0, b"\0\0\0\0\0"), "cannot receive data before headers"),
+        (F(http2.SETTINGS, 0, 0, b"\0\2\0\0\0\7"), "Setting 2 has invalid value 7"),
+        (F(http2.PING, 0, 1, b"8 bytes!"), "Stream ID must be zero for PingFrame"),
+        (F(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), "non-compliant data"),
     ],
 )
 async def test_frames_against_the_protocol_end_the_call_with_one_reason(tmp_path, frames, expected):
