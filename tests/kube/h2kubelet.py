@@ -26,6 +26,7 @@ class Peer:
         self.conn.initiate_connection()
         self.requests: list[dict[bytes, bytes]] = []
         self.ping_acks: list[bytes] = []  # the payloads of the PING acks the client sent
+        self.ended: list[int] = []  # streams whose request has fully arrived, not yet served
 
     async def flush(self) -> None:
         """Send what h2 has queued."""
@@ -38,21 +39,36 @@ class Peer:
         self.writer.write(data)
         await self.writer.drain()
 
+    async def read(self) -> bool:
+        """Read and take in what the client sent next (acks and requests are noted);
+        False at end of file (or once the client has closed and a write found it gone)."""
+        try:
+            data = await self.reader.read(65536)
+        except ConnectionError:
+            return False
+        if not data:
+            return False
+        for ev in self.conn.receive_data(data):
+            if isinstance(ev, h2.events.RequestReceived):
+                self.requests.append(dict(ev.headers))  # type: ignore[arg-type]
+            if isinstance(ev, h2.events.PingAckReceived):
+                self.ping_acks.append(ev.ping_data or b"")
+            if isinstance(ev, h2.events.StreamEnded):
+                self.ended.append(ev.stream_id)
+        await self.flush()
+        return True
+
     async def request(self) -> int | None:
         """Read until a request has fully arrived; its stream id, or None at EOF."""
-        while True:
-            data = await self.reader.read(65536)
-            if not data:
+        while not self.ended:
+            if not await self.read():
                 return None
-            for ev in self.conn.receive_data(data):
-                if isinstance(ev, h2.events.RequestReceived):
-                    self.requests.append(dict(ev.headers))  # type: ignore[arg-type]
-                if isinstance(ev, h2.events.PingAckReceived):
-                    self.ping_acks.append(ev.ping_data or b"")
-                if isinstance(ev, h2.events.StreamEnded):
-                    await self.flush()
-                    return ev.stream_id
-            await self.flush()
+        return self.ended.pop(0)
+
+    async def until_eof(self) -> None:
+        """Read (and answer PINGs and SETTINGS) until the client closes the connection."""
+        while await self.read():
+            pass
 
     async def answer(
         self, sid: int, body: bytes, trailers: list[tuple[bytes, bytes]] | None = None

@@ -11,7 +11,7 @@ import time
 import h2.settings
 import pytest
 
-from exporter.kube import grpcclient, podresources
+from exporter.kube import grpcclient, h2conn, podresources
 from exporter.kube.generated import podresources_pb2 as pb
 from exporter.kube.mapper import Mapper
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
@@ -218,6 +218,42 @@ async def test_a_control_frame_flood_ends_at_the_byte_bound(tmp_path, monkeypatc
     )
 
 
+@pytest.mark.parametrize("kind", [http2.PING, http2.SETTINGS])
+async def test_a_control_frame_flood_ends_at_the_frame_bound_in_short_steps(tmp_path, kind):
+    """60,000 PINGs (1 MB) or empty SETTINGS, within the byte bound: h2 takes them in a
+    read at a time (16 KiB, about 20 ms of CPU at most), other tasks running in between,
+    and the call ends once they pass h2conn.CALL_EVENTS."""
+    payload = b"8 bytes!" if kind == http2.PING else b""
+
+    async def script(peer: Peer) -> None:
+        await peer.request()
+        for _ in range(60):
+            await peer.raw(F(kind, 0, 0, payload) * 1000)
+        await peer.request()
+
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.002)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    try:
+        why = await reason(tmp_path, script, timeout_s=20)
+    finally:
+        tick.cancel()
+    assert why == (
+        "kubelet List failed: UNAVAILABLE: the server sent more frames than allowed for one call"
+    )
+    # other tasks ran between reads (11 to 21 of them here, a few ms each), not once the
+    # whole flood was read: a scrape waits for a read or two, not for the flood
+    assert len(gaps) >= 3, gaps
+
+
 async def test_a_server_that_never_answers_meets_the_deadline(tmp_path):
     async def script(peer: Peer) -> None:
         await asyncio.sleep(30)  # accepts and stays silent, not even SETTINGS
@@ -401,3 +437,29 @@ async def test_a_server_that_does_not_begin_with_settings_is_refused(tmp_path):
 
     why = await reason(tmp_path, script)
     assert why.endswith("is not valid HTTP/2 (the server did not begin with SETTINGS)")
+
+
+def _settings_flood_cpu(frames: int) -> float:
+    """CPU seconds h2's client side (as exporter/kube/h2conn.py sets it up) takes to read
+    ``frames`` empty SETTINGS frames arriving in one read, and queue the acks (best of 2)."""
+    flood = F(http2.SETTINGS, 0, 0) * frames
+    best = float("inf")
+    for _ in range(2):
+        conn = h2conn.client(grpcclient.FRAME_ALLOWANCE_BYTES, grpcclient.MAX_HEADER_LIST_BYTES)
+        conn.data_to_send()
+        started = time.process_time()
+        conn.receive_data(flood)
+        acks = conn.data_to_send()
+        best = min(best, time.process_time() - started)
+        assert acks == F(http2.SETTINGS, http2.ACK, 0) * frames  # one ack each
+    return best
+
+
+def test_a_settings_flood_costs_linear_time():
+    """Ten times the frames in one read cost about ten times the CPU, at sizes where a reply
+    buffer grown by copying (the acks of every frame, kept for the next write) would cost
+    fifty times or more. The client reads 64 KiB at most (h2conn.READ_CHUNK, 7,281 empty
+    SETTINGS frames); these reads are five times that."""
+    per_read = 5 * h2conn.READ_CHUNK // 9
+    small, large = _settings_flood_cpu(per_read // 10), _settings_flood_cpu(per_read)
+    assert large < 25 * small, (small, large)
