@@ -109,7 +109,14 @@ def client(window: int, max_header_list: int) -> h2.connection.H2Connection:
     """h2's client side as this module uses it, its preface queued: no server push, the
     flow-control window ``window`` for the connection and each stream, header lists of
     at most ``max_header_list`` bytes."""
-    conn = _H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+    config = h2.config.H2Configuration(
+        client_side=True,
+        header_encoding=None,
+        # the request's headers are this client's own constants; the server's are checked
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+    )
+    conn = _H2Connection(config)
     codes = h2.settings.SettingCodes
     conn.local_settings = h2.settings.Settings(
         client=True,
@@ -224,7 +231,8 @@ class Connection:
                 self._flush()  # the acks h2 owes (SETTINGS, PING), and WINDOW_UPDATEs
                 if self.draining and self._stream is None:
                     return self.close()  # a GOAWAY while idle: let the server go now
-                await asyncio.sleep(0)  # a read of buffered bytes does not let others run
+                if len(data) == READ_CHUNK:  # more may be buffered, and reading it
+                    await asyncio.sleep(0)  # would not let other tasks run
         except ConnectionError:
             self._broken("the server closed the connection")
         except OSError as e:

@@ -130,12 +130,19 @@ class Mapper:
             return
         except asyncio.CancelledError:
             raise
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(1, "kube-map")
         try:
-            pm, tally = await asyncio.get_running_loop().run_in_executor(
-                self._executor, self._map_for, raw, list(gpus), list(instances)
-            )
+            devs, migs = list(gpus), list(instances)
+            # on the event loop: blake2b takes a few ms at most, for a 4 MiB answer
+            seen = (hashlib.blake2b(raw, digest_size=16).digest(), self._device_set(devs + migs))
+            cache = self._cache
+            if cache is not None and cache[0] == seen and not self._used_slices:
+                pm, tally = cache[1], cache[2]  # the same answer for the same devices
+            else:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(1, "kube-map")
+                pm, tally = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._map_for, raw, seen, devs, migs
+                )
         except KubeletUnavailable as e:  # the answer does not decode
             self._fail(str(e), e, now)
             return
@@ -159,16 +166,15 @@ class Mapper:
         self.map = pm
 
     def _map_for(
-        self, raw: bytes, gpus: list[Device], instances: list[Device]
+        self,
+        raw: bytes,
+        seen: tuple[bytes, tuple[Any, ...]],
+        gpus: list[Device],
+        instances: list[Device],
     ) -> tuple[PodMap, _Tally]:
-        """The map for this answer (its bytes) and what building it counted, in the worker
-        thread: the last build's again when the kubelet's answer and the devices are the
-        same as last time (its skipped and dropped IDs are counted again), else a new one
-        from the decoded answer."""
-        seen = (hashlib.blake2b(raw, digest_size=16).digest(), self._device_set(gpus + instances))
-        cache = self._cache
-        if cache is not None and cache[0] == seen and not self._used_slices:
-            return cache[1], cache[2]
+        """The map for this answer (its bytes; ``seen``: their digest and the devices) and
+        what building it counted, in the worker thread. The refresh reuses the last build
+        (its skipped and dropped IDs counted again) while ``seen`` is the same."""
         self._cache = None
         resp, dropped = parse(raw)  # only now: an unchanged answer is never decoded again
         self._used_slices = False
