@@ -146,3 +146,28 @@ async def test_a_rate_limited_kubelet_keeps_the_last_map_and_backs_off(mapper, k
     mapper._retry_at = 0.0  # the backoff is over
     await mapper.refresh(gpus.values(), migs.values())
     assert mapper.status == "" and mapper.map.owners == good.owners
+
+
+async def test_answers_are_decoded_and_mapped_off_the_event_loop(
+    mapper, kubelet, inventory, monkeypatch
+):
+    """A new answer is decoded and mapped in the mapper's worker thread (the event loop
+    keeps serving scrapes meanwhile); an unchanged one is recognised without it."""
+    import threading
+
+    from exporter.kube import mapper as module
+
+    threads: list[str] = []
+    real_parse = module.parse
+
+    def parse(raw: bytes):  # the real decoding, noting where it runs
+        threads.append(threading.current_thread().name)
+        return real_parse(raw)
+
+    monkeypatch.setattr(module, "parse", parse)
+    gpus, migs = inventory
+    await mapper.refresh(gpus.values(), migs.values())
+    await mapper.refresh(gpus.values(), migs.values())
+    assert mapper.status == "" and mapper.map.owners
+    assert len(threads) == 1 and threads[0].startswith("kube-map")
+    assert threading.current_thread() is threading.main_thread()

@@ -77,3 +77,16 @@ def test_k_with_the_extra_installed_passes_the_check(tmp_path: Path) -> None:
     r = _start(tmp_path, ["-m", "exporter"])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
+
+
+def test_without_k_neither_h2_nor_protobuf_is_imported() -> None:
+    code = (
+        "import sys, exporter.app, exporter.cli, exporter.poller; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('h2', 'hpack', 'hyperframe', 'google', 'grpc')))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
