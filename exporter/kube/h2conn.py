@@ -4,9 +4,10 @@ h2 (python-hyper, sans-IO) does HTTP/2: frames, HPACK, flow control, and the
 acknowledgements of SETTINGS and PING. This module adds the socket, a reader task
 that runs for the connection's life (so that a PING or GOAWAY sent between two
 calls is answered at once, not at the next call), one stream at a time handed to
-a :class:`Stream`, and bounds on what the server may send: bytes per call and
-between calls, header list size, frame size (h2's), and the first frame
-(SETTINGS, as RFC 9113 section 3.4 requires).
+a :class:`Stream`, and bounds on what the server may send: bytes and frames per
+call and between calls, read 16 KiB at a time with other tasks let in between,
+header list size and frame size (h2's, the latter checked at the frame's header),
+and the first frame (SETTINGS, as RFC 9113 section 3.4 requires).
 
 h2 moves a connection to CLOSED as soon as a GOAWAY arrives (python-hyper/h2
 issue 1181), which would fail the stream in flight. RFC 9113 section 6.8 lets the

@@ -108,7 +108,8 @@ class Mapper:
         self._last_ok = float("-inf")
         self.refreshes = 0
         self.rebuilds = 0  # refreshes that built the map (the others reused the last one)
-        # the worker thread's own: ((answer digest, devices), map, tally) of the last build
+        # ((answer digest, devices), map, tally) of the last build: written by the worker
+        # thread, compared on the event loop
         self._cache: tuple[tuple[bytes, tuple[Any, ...]], PodMap, _Tally] | None = None
         self._devs: tuple[tuple[Device, ...], tuple[Any, ...]] = ((), ())  # (objects, fields)
         self._used_slices = False  # the last build looked DRA devices up in ResourceSlices
