@@ -22,7 +22,8 @@ RUN python3 -m venv /opt/gpu-exporter
 # Dependencies get their own layer, rebuilt only when pyproject.toml changes. Wheels only:
 # the image has no compiler, so a dependency without a wheel must fail here, loudly.
 COPY pyproject.toml ./
-# The kube extra (hpack, pure Python) is installed too: the image serves -k.
+# The kube extra (h2 with hpack and hyperframe, pure Python; protobuf) is installed too: the
+# image serves -k.
 RUN python3 -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print("\n".join(p["dependencies"] + p["optional-dependencies"]["kube"]))' \
         > /tmp/requirements.txt \
  && /opt/gpu-exporter/bin/pip install --only-binary=:all: -r /tmp/requirements.txt

@@ -11,7 +11,7 @@ each thread is read from /proc/PID/task/* at the start and the end of a
 divided by the interval), per thread group: ``main`` (the event loop),
 ``python`` (the other Python threads, the NVML worker first among them, by
 CPU), ``native`` (threads started outside Python: grpcio's core threads when the
-kubelet client was grpcio's; none since it speaks HTTP/2 itself), and the process
+kubelet client was grpcio's; none with its own gRPC layer over h2), and the process
 in all.
 CPU is the scheduler's on-CPU time (/proc/.../schedstat, ns); where the kernel
 does not keep it, utime + stime in clock ticks (10 ms), and then only a long
@@ -19,11 +19,13 @@ window makes the figures precise.
 
 In-process part (``--calls``): ``Mapper.refresh`` on the fleet's devices
 against the same stand-in kubelet (the kubelet's ``List`` and the pod map,
-reused while the answer does not change: what the event loop does per cycle),
+reused while the answer does not change: what each cycle does),
 ``--calls`` times back to back after a warm-up; CPU per call of the calling
-thread and of the whole process (any native threads included), and wall time
+thread and of the whole process (the mapper's worker thread included), and wall time
 per call. Back to back, a client's background threads cost less per call than at
-one call a second, which the process part shows.
+one call a second, which the process part shows. Then the CPU of decoding and
+mapping a changed answer of ``--pods`` pods (``decode_map``: what a cycle adds when
+pods come or go), in this thread.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ def _devices(fleet: Path) -> tuple[list[Any], list[Any]]:
     return list(snap.gpus), [d for d in snap.entities if d.is_mig]
 
 
-async def _calls(sock: Path, fleet: Path, n: int) -> dict[str, float]:
+async def _calls(sock: Path, fleet: Path, n: int, npods: int) -> dict[str, float]:
     """CPU per ``Mapper.refresh`` (the kubelet's List and the map, reused while the
     answer is unchanged), as the poller calls it once per cycle."""
     from exporter.kube.mapper import Mapper
@@ -132,6 +134,7 @@ async def _calls(sock: Path, fleet: Path, n: int) -> dict[str, float]:
             time.process_time() - p0,
         )
     finally:
+        mapper.close()
         await mapper.client.close()
     assert mapper.status == "" and mapper.rebuilds == 1, (mapper.status, mapper.rebuilds)
     return {
@@ -140,7 +143,27 @@ async def _calls(sock: Path, fleet: Path, n: int) -> dict[str, float]:
         "thread_cpu_us_per_call": 1e6 * cpu / n,
         "process_cpu_us_per_call": 1e6 * pcpu / n,
         "wall_us_per_call": 1e6 * wall / n,
+        "decode_map_us": _decode_map_us(fleet, gpus, instances, npods),
     }
+
+
+def _decode_map_us(fleet: Path, gpus: list[Any], instances: list[Any], npods: int) -> float:
+    """CPU (us, this thread, best of 5 rounds) to decode a List answer of ``npods`` pods
+    (bounded, then protobuf) and build the map from it."""
+    from benchmarks.kubelet import response
+    from exporter.kube import ids
+    from exporter.kube.mapper import Mapper
+    from exporter.kube.podresources import parse
+
+    raw = response(pods.assignments(pods.device_ids(fleet), npods)).SerializeToString()
+    mapper, resolver = Mapper(client=None), ids.Resolver(gpus, instances)
+    reps, best = max(1, 20_000 // max(npods, 1)), float("inf")
+    for _ in range(5):
+        t0 = time.thread_time()
+        for _ in range(reps):
+            mapper.build(parse(raw)[0], resolver)
+        best = min(best, (time.thread_time() - t0) / reps)
+    return 1e6 * best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         pods.write(listing, pods.device_ids(a.fleet), a.pods)
         with churn.kubelet_process(sock, listing):
             if a.calls:
-                out["refresh_call"] = asyncio.run(_calls(sock, a.fleet, a.calls))
+                out["refresh_call"] = asyncio.run(_calls(sock, a.fleet, a.calls, a.pods))
             env = dict(e.split("=", 1) for e in a.env)
             out["env"] = env
             runs = []

@@ -19,8 +19,14 @@ log = logging.getLogger("exporter")
 MAX_LINE = 200  # characters of one --check listing line
 MAX_ERROR = 400  # characters of one error message (a long value is cut in the middle)
 KUBELET_TIMEOUT_S = 2.0
-# What -k imports (module: distribution): the optional "kube" extra in pyproject.toml.
-KUBE_MODULES = {"hpack": "hpack"}
+# What -k imports (module: distribution): the optional "kube" extra in pyproject.toml, h2
+# with the two packages it needs (pip installs them with it), and protobuf.
+KUBE_MODULES = {
+    "h2": "h2",
+    "hpack": "hpack",
+    "hyperframe": "hyperframe",
+    "google.protobuf": "protobuf",
+}
 
 
 def one_line(text: str, limit: int = MAX_ERROR) -> str:

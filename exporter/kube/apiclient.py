@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlencode, urlsplit
 
-from exporter.kube.kubeconfig import ClusterConfig, KubeConfigError, read_pem, read_token
+from exporter.kube.kubeconfig import ClusterConfig, KubeConfigError, masked, read_pem, read_token
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
 """An error answer's body is read up to this many bytes (it only feeds a message)."""
@@ -101,15 +101,16 @@ class ApiClient:
     ) -> None:
         """Raises KubeConfigError for a server URL or TLS files that cannot be used."""
         self.config = config
+        self._server = masked(config.server)  # as errors name it
         url = urlsplit(config.server)
         if url.scheme not in ("http", "https") or not url.hostname:
             where = config.source or "configuration"
-            raise KubeConfigError(f"{where}: bad server {config.server!r}; give an https:// URL")
+            raise KubeConfigError(f"{where}: bad server {self._server!r}; give an https:// URL")
         self._host = url.hostname
         try:
             self._port = url.port or (443 if url.scheme == "https" else 80)
         except ValueError:
-            raise KubeConfigError(f"{config.source}: bad port in {config.server!r}") from None
+            raise KubeConfigError(f"{config.source}: bad port in {self._server!r}") from None
         self._prefix = url.path.rstrip("/")
         self._ctx = _tls_context(config) if url.scheme == "https" else None
         self._name = config.tls_server_name or self._host
@@ -146,13 +147,23 @@ class ApiClient:
             body = ""
         finally:
             conn.close()
-        raise ApiError(resp.status, resp.reason, body)
+        # a server may echo what it was sent: the credentials never reach a log line
+        raise ApiError(resp.status, self._redact(resp.reason), self._redact(body))
 
     def close(self) -> None:
         """Nothing is held between requests; here for the lifecycle's symmetry."""
 
+    def _redact(self, text: str) -> str:
+        """``text`` with every credential this client sends replaced by ``<redacted>``."""
+        c = self.config
+        auth = self._authorization() if c.username else ""
+        for secret in (c.token, self._token, c.password, auth.partition(" ")[2]):
+            if len(secret) >= 4:  # shorter ones would mask ordinary words
+                text = text.replace(secret, "<redacted>")
+        return text
+
     def _connect(self, conn: _Connection) -> None:
-        where = self.config.server
+        where = self._server
         try:
             conn.connect()
         except ssl.SSLCertVerificationError as e:

@@ -238,6 +238,7 @@ class Attribution:
         )
 
     async def close(self) -> None:
+        self.mapper.close()
         await self.client.close()
         if self.watcher is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.files import ConfigFileError, load_yaml, read_config_bytes, read_config_file
@@ -36,7 +36,9 @@ class KubeConfigError(ValueError):
 class ClusterConfig:
     """How to reach one API server. ``*_data`` fields hold PEM bytes (decoded
     from the kubeconfig's base64); file fields are absolute paths. ``source``
-    names where this came from, for error messages."""
+    names where this came from, for error messages. The token, the password and
+    the client key are left out of its repr (so of any log line or error that
+    shows it), and a password in the server URL is masked there."""
 
     server: str
     source: str = ""
@@ -44,14 +46,35 @@ class ClusterConfig:
     ca_data: bytes = b""
     insecure: bool = False
     tls_server_name: str = ""
-    token: str = ""
+    token: str = field(default="", repr=False)
     token_file: str = ""
     cert_file: str = ""
     cert_data: bytes = b""
     key_file: str = ""
-    key_data: bytes = b""
+    key_data: bytes = field(default=b"", repr=False)
     username: str = ""
-    password: str = ""
+    password: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:
+        """The fields that are set, secrets and PEM data left out."""
+        shown = {"server": masked(self.server)}
+        shown.update((f, getattr(self, f)) for f in _SHOWN if getattr(self, f))
+        return f"ClusterConfig({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+def masked(url: str) -> str:
+    """``url`` with the password of its user information (``user:password@``) masked."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not (sep and at) or "/" in userinfo or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.partition(':')[0]}:***@{host}"
+
+
+_SHOWN = (
+    "source", "ca_file", "insecure", "tls_server_name", "token_file", "cert_file", "key_file",
+    "username",
+)  # fmt: skip
 
 
 def load(sa_dir: str = SERVICE_ACCOUNT_DIR, env: dict[str, str] | None = None) -> ClusterConfig:

@@ -31,7 +31,16 @@ MAX_CONTAINERS_PER_POD = 128
 """Containers of one pod (kubelet answer or API object) that are looked at."""
 
 MAX_DEVICE_IDS = 20_000
-"""Device IDs (device plugin and DRA) of one kubelet ``List`` answer that are looked at."""
+"""Device IDs (device-plugin IDs, DRA devices and their CDI names) of one kubelet ``List``
+answer that are looked at."""
+
+MAX_DEVICE_ENTRIES = 32_768
+"""Device entries (one per container and resource name, and one per DRA claim) of one
+kubelet ``List`` answer that are looked at."""
+
+MAX_LIST_FIELDS = 200_000
+"""Fields of one kubelet ``List`` answer walked, at any depth (a node of 250 pods with a
+few containers each has a few thousand); past it the rest of the answer is dropped."""
 
 MAX_RESOURCE_NAMES = 256
 """Distinct resource names of one kubelet ``List`` answer that are looked at."""

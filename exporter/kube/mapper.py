@@ -4,20 +4,24 @@ Built once per collection interval from the kubelet's ``List`` (never per
 scrape) and swapped in whole. A device held by exactly one container gets
 that container's labels; a device held by several (time-slicing, MPS) gets
 none, and per-container shares are computed for it instead (sharing.py).
+The answer is decoded (within the bounds of limits.py: listanswer.py) and
+mapped in a worker thread of the mapper's own, so that a large answer never
+holds up the event loop and its scrapes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import fnmatch
 import hashlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 from exporter.kube import ids, limits
 from exporter.kube.limits import Drops
@@ -26,7 +30,6 @@ from exporter.nvml.devices import Device
 from exporter.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 NVIDIA_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
 DRA_DRIVER = "gpu.nvidia.com"
@@ -63,12 +66,14 @@ class PodMap:
         return frozenset(k for k, v in self.owners.items() if len(v) > 1)
 
 
-class _ListBudget:
-    """What one List answer may still make the mapper look at (limits.py)."""
+@dataclass(slots=True)
+class _Tally:
+    """What building one map counted: device IDs matching no device (by resource),
+    items dropped at a bound (by input), and the resource names looked at."""
 
-    def __init__(self) -> None:
-        self.ids_left = limits.MAX_DEVICE_IDS
-        self.wanted: dict[str, bool] = {}  # resource name -> wanted, at most MAX_RESOURCE_NAMES
+    unmatched: Counter[str] = field(default_factory=Counter)
+    drops: Counter[str] = field(default_factory=Counter)
+    wanted: dict[str, bool] = field(default_factory=dict)  # at most MAX_RESOURCE_NAMES
 
 
 class Mapper:
@@ -103,10 +108,12 @@ class Mapper:
         self._last_ok = float("-inf")
         self.refreshes = 0
         self.rebuilds = 0  # refreshes that built the map (the others reused the last one)
-        self._seen: tuple[bytes, tuple[Any, ...]] | None = None  # (answer digest, devices)
+        # ((answer digest, devices), map, tally) of the last build: written by the worker
+        # thread, compared on the event loop
+        self._cache: tuple[tuple[bytes, tuple[Any, ...]], PodMap, _Tally] | None = None
         self._devs: tuple[tuple[Device, ...], tuple[Any, ...]] = ((), ())  # (objects, fields)
-        self._counted: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
         self._used_slices = False  # the last build looked DRA devices up in ResourceSlices
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def wanted(self, resource_name: str) -> bool:
         """True for the resource names whose devices are GPUs or MIG instances."""
@@ -125,16 +132,28 @@ class Mapper:
         except asyncio.CancelledError:
             raise
         try:
-            pm = self._map_for(raw, list(gpus), list(instances))
+            devs, migs = list(gpus), list(instances)
+            # on the event loop: blake2b takes a few ms at most, for a 4 MiB answer
+            seen = (hashlib.blake2b(raw, digest_size=16).digest(), self._device_set(devs + migs))
+            cache = self._cache
+            if cache is not None and cache[0] == seen and not self._used_slices:
+                pm, tally = cache[1], cache[2]  # the same answer for the same devices
+            else:
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(1, "kube-map")
+                pm, tally = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._map_for, raw, seen, devs, migs
+                )
         except KubeletUnavailable as e:  # the answer does not decode
             self._fail(str(e), e, now)
             return
         except Exception as e:  # a bug, or an answer nobody planned for: keep the last map
-            self._seen = None
+            self._cache = None
             self.failures += 1
             self.status = f"kubelet List answer could not be mapped: {type(e).__name__}"
             self._warn.warning("%s: %s; keeping the last pod map", self.status, str(e)[:200])
             return
+        self._count(tally)
         self._backoff = 1.0
         self._last_ok = now
         self.refreshes += 1
@@ -147,26 +166,40 @@ class Mapper:
         self.status = ""
         self.map = pm
 
-    def _map_for(self, raw: bytes, gpus: list[Device], instances: list[Device]) -> PodMap:
-        """The map for this answer (its bytes): the last one again when the kubelet's
-        answer and the devices are the same as last time (the skipped and dropped IDs that
-        building it counted are counted again), else a new one from the parsed answer."""
-        seen = (hashlib.blake2b(raw, digest_size=16).digest(), self._device_set(gpus + instances))
-        if seen == self._seen and not self._used_slices:
-            unmatched, drops = self._counted
-            self.unmatched.update(unmatched)
-            for what, n in drops.items():
-                self.drops.add(what, n)
-            return self.map
-        resp = parse(raw)  # only now: an unchanged answer is never decoded again
-        self._seen = None
-        unmatched0, drops0 = Counter(self.unmatched), Counter(dict(self.drops.items()))
+    def _map_for(
+        self,
+        raw: bytes,
+        seen: tuple[bytes, tuple[Any, ...]],
+        gpus: list[Device],
+        instances: list[Device],
+    ) -> tuple[PodMap, _Tally]:
+        """The map for this answer (its bytes; ``seen``: their digest and the devices) and
+        what building it counted, in the worker thread. The refresh reuses the last build
+        (its skipped and dropped IDs counted again) while ``seen`` is the same."""
+        self._cache = None
+        resp, dropped = parse(raw)  # only now: an unchanged answer is never decoded again
         self._used_slices = False
-        pm = self.build(resp, ids.Resolver(gpus, instances))
-        self._counted = (self.unmatched - unmatched0, Counter(dict(self.drops.items())) - drops0)
-        self._seen = seen
+        pm, tally = self._build(resp, ids.Resolver(gpus, instances))
+        tally.drops.update(dropped)
+        self._cache = (seen, pm, tally)
         self.rebuilds += 1
-        return pm
+        return pm, tally
+
+    def _count(self, tally: _Tally) -> None:
+        """Add what a build counted to the mapper's counters (on the event loop)."""
+        for resource, n in tally.unmatched.items():
+            known = resource in self.unmatched
+            if not known and len(self.unmatched) >= limits.MAX_UNMATCHED_RESOURCES:
+                resource = limits.OTHER
+            self.unmatched[resource] += n
+        for what, n in tally.drops.items():
+            self.drops.add(what, n)
+
+    def close(self) -> None:
+        """Stop the worker thread (a build in progress finishes on its own)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def _device_set(self, devs: list[Device]) -> tuple[Any, ...]:
         """What the answer's IDs are resolved against; last cycle's tuple again while the
@@ -192,57 +225,51 @@ class Mapper:
             )
         self.status = why
         if e.missing and now - self._last_ok > GRACE_S:
-            self._seen = None
+            self._cache = None
             self.map = PodMap()  # no kubelet for a while: nothing vouches for old labels
 
     def build(self, resp: Any, resolver: ids.Resolver) -> PodMap:
-        """The map from one List answer (tests call it directly)."""
+        """The map from one decoded List answer, its counts added to the mapper's (tests
+        call it directly; the answer's bounds are applied while it is decoded)."""
+        pm, tally = self._build(resp, resolver)
+        self._count(tally)
+        return pm
+
+    def _build(self, resp: Any, resolver: ids.Resolver) -> tuple[PodMap, _Tally]:
         owners: dict[str, list[Owner]] = {}
         replicas: dict[str, dict[Owner, list[str]]] = {}
-        budget = _ListBudget()
-        for pod in self._bounded(resp.pod_resources, limits.MAX_KUBELET_PODS, "kubelet_pods"):
-            for c in self._bounded(pod.containers, limits.MAX_CONTAINERS_PER_POD, "containers"):
+        tally = _Tally()
+        for pod in resp.pod_resources:
+            for c in pod.containers:
                 if not all(
                     len(n) <= limits.MAX_NAME_CHARS for n in (pod.namespace, pod.name, c.name)
                 ):
-                    self.drops.add("kubelet_names")
+                    tally.drops["kubelet_names"] += 1
                     continue
                 owner = Owner(pod.namespace, pod.name, c.name)
                 for dev in c.devices:
-                    if self._wanted(dev.resource_name, budget):
-                        for device_id in self._ids(dev.device_ids, budget):
-                            key = self._resolve(resolver, dev.resource_name, device_id)
+                    if self._wanted(dev.resource_name, tally):
+                        for device_id in dev.device_ids:
+                            key = self._resolve(resolver, dev.resource_name, device_id, tally)
                             if key is not None:
                                 owners.setdefault(key, []).append(owner)
                                 _note_replica(replicas, key, owner, device_id)
-                self._claims(pod, c, resolver, owners, budget)
+                self._claims(pod, c, resolver, owners, tally)
         frozen = {k: tuple(dict.fromkeys(v)) for k, v in owners.items()}
         reps = {
             k: MappingProxyType({o: tuple(r) for o, r in v.items()}) for k, v in replicas.items()
         }
-        return PodMap(MappingProxyType(frozen), MappingProxyType(reps))
+        return PodMap(MappingProxyType(frozen), MappingProxyType(reps)), tally
 
-    def _bounded(self, items: Sequence[Any], bound: int, what: str) -> Sequence[Any]:
-        if len(items) > bound:
-            self.drops.add(what, len(items) - bound)
-            return items[:bound]
-        return items
-
-    def _ids(self, device_ids: Sequence[T], budget: _ListBudget) -> Sequence[T]:
-        take = min(len(device_ids), budget.ids_left)
-        budget.ids_left -= take
-        self.drops.add("device_ids", len(device_ids) - take)
-        return device_ids[:take]
-
-    def _wanted(self, resource: str, budget: _ListBudget) -> bool:
-        known = budget.wanted.get(resource)
+    def _wanted(self, resource: str, tally: _Tally) -> bool:
+        known = tally.wanted.get(resource)
         if known is not None:
             return known
-        if len(budget.wanted) >= limits.MAX_RESOURCE_NAMES or len(resource) > limits.MAX_NAME_CHARS:
-            self.drops.add("resource_names")
+        if len(tally.wanted) >= limits.MAX_RESOURCE_NAMES or len(resource) > limits.MAX_NAME_CHARS:
+            tally.drops["resource_names"] += 1
             return False
-        budget.wanted[resource] = self.wanted(resource)
-        return budget.wanted[resource]
+        tally.wanted[resource] = self.wanted(resource)
+        return tally.wanted[resource]
 
     def _claims(
         self,
@@ -250,30 +277,27 @@ class Mapper:
         c: Any,
         resolver: ids.Resolver,
         owners: dict[str, list[Owner]],
-        budget: _ListBudget,
+        tally: _Tally,
     ) -> None:
         for dr in c.dynamic_resources:
             if len(dr.claim_name) > limits.MAX_NAME_CHARS:
-                self.drops.add("kubelet_names")
+                tally.drops["kubelet_names"] += 1
                 continue
-            for cr in self._ids(dr.claim_resources, budget):
+            for cr in dr.claim_resources:
                 if cr.driver_name != DRA_DRIVER:
                     continue
-                key = self._dra_key(resolver, cr)
+                key = self._dra_key(resolver, cr, tally)
                 if key is not None:
                     o = Owner(pod.namespace, pod.name, c.name, dr.claim_name, dr.claim_namespace)
                     owners.setdefault(key, []).append(o)
 
-    def _count_unmatched(self, resource: str) -> None:
-        if resource not in self.unmatched and len(self.unmatched) >= limits.MAX_UNMATCHED_RESOURCES:
-            resource = limits.OTHER
-        self.unmatched[resource] += 1
-
-    def _resolve(self, resolver: ids.Resolver, resource: str, device_id: str) -> str | None:
+    def _resolve(
+        self, resolver: ids.Resolver, resource: str, device_id: str, tally: _Tally
+    ) -> str | None:
         ref = ids.parse(device_id)
         key = resolver.key(ref) if ref is not None else None
         if key is None:
-            self._count_unmatched(resource)
+            tally.unmatched[resource] += 1
             if device_id not in self._logged:
                 self._remember(device_id)
                 why = "unknown ID form" if ref is None else "no such GPU or MIG instance here"
@@ -292,7 +316,7 @@ class Mapper:
             self._logged.clear()
         self._logged.add(device_id[: limits.MAX_DEVICE_ID_CHARS])
 
-    def _dra_key(self, resolver: ids.Resolver, cr: Any) -> str | None:
+    def _dra_key(self, resolver: ids.Resolver, cr: Any, tally: _Tally) -> str | None:
         self._used_slices = True  # slices change without the kubelet's answer changing
         dev = (
             self.slice_device(cr.driver_name, cr.pool_name, cr.device_name)
@@ -301,12 +325,12 @@ class Mapper:
         )
         resource = "dra:" + cr.driver_name
         if dev is not None and dev.uuid:
-            return self._resolve(resolver, resource, dev.uuid)
+            return self._resolve(resolver, resource, dev.uuid, tally)
         # dynamic MIG: the instance was made at allocation; the slice names its parent
         key = resolver.by_profile(dev.parent_uuid, dev.profile) if dev is not None else None
         if key is not None:
             return key
-        self._count_unmatched(resource)
+        tally.unmatched[resource] += 1
         name = f"{cr.pool_name}/{cr.device_name}"
         if name not in self._logged:
             self._remember(name)

@@ -1,24 +1,26 @@
 """Client of the kubelet pod-resources API v1 over its unix socket.
 
-One connection (exporter/kube/grpcclient.py: gRPC over HTTP/2, framed there, with
-the pure-Python hpack; no grpcio), reused across calls; every call has a deadline. ``List`` hands
-back the answer's bytes as they came, so that the mapper can tell an unchanged
-answer from its bytes and parse only a new one (:func:`parse`, with wire.py: the
-generated protobuf classes are for the tests' fake kubelet, not loaded here). Failures
-become :class:`KubeletUnavailable` with a reason a person can act on; the
-mapper decides when to retry. hpack is imported here only, so an exporter
-without ``--kubernetes`` never loads it.
+One connection (exporter/kube/grpcclient.py: gRPC over HTTP/2 with h2; no grpcio),
+reused across calls; every call has a deadline. ``List`` hands back the answer's
+bytes as they came, so that the mapper can tell an unchanged answer from its bytes
+and decode only a new one (:func:`parse`: exporter/kube/listanswer.py bounds it,
+protobuf's generated classes decode it). Failures become
+:class:`KubeletUnavailable` with a reason a person can act on; the mapper decides
+when to retry. h2 and protobuf are imported here only, so an exporter without
+``--kubernetes`` never loads them.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
+from typing import Any
 
 from exporter.config import DEFAULT_SOCKET
 from exporter.kube import grpcclient
 from exporter.kube.grpcclient import AnswerInvalid, AnswerTooLarge, CallError
 from exporter.kube.limits import MAX_MESSAGE_BYTES
-from exporter.kube.wire import ListPodResourcesResponse, WireError, decode
+from exporter.kube.listanswer import InvalidAnswer, decode
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
 LIST = "/v1.PodResourcesLister/List"
@@ -56,9 +58,10 @@ class PodResourcesClient:
         if channel is not None:
             await channel.close()
 
-    async def list(self) -> ListPodResourcesResponse:
-        """Every pod's resources on this node; raises KubeletUnavailable."""
-        return parse(await self.list_bytes())
+    async def list(self) -> Any:
+        """Every pod's resources on this node (a ``v1.ListPodResourcesResponse``, within the
+        bounds of limits.py); raises KubeletUnavailable."""
+        return parse(await self.list_bytes())[0]
 
     async def list_bytes(self) -> bytes:
         """The kubelet's ``List`` answer, encoded as it came (at most ``MAX_MESSAGE``
@@ -93,10 +96,11 @@ class PodResourcesClient:
         return KubeletUnavailable(f"kubelet List failed: {e.code}: {details}")
 
 
-def parse(raw: bytes) -> ListPodResourcesResponse:
-    """A ``List`` answer's bytes as the message; raises KubeletUnavailable when they
-    do not decode."""
+def parse(raw: bytes) -> tuple[Any, Counter[str]]:
+    """A ``List`` answer's bytes as the message, within the bounds of limits.py, and the
+    counts of what was dropped by input; raises KubeletUnavailable when they do not
+    decode."""
     try:
         return decode(raw)
-    except WireError:
-        raise KubeletUnavailable(INVALID) from None
+    except InvalidAnswer as e:
+        raise KubeletUnavailable(f"{INVALID} ({e})") from None

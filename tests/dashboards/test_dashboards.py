@@ -24,6 +24,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import sim
+from exporter.accounting.claims import DeviceUse
 from exporter.catalog import load
 from exporter.collector import Collector
 from exporter.config import default_metrics_file
@@ -93,7 +94,8 @@ def _served_on_the_simulator() -> frozenset[str]:
     """Family names the exporter serves with the shipped metrics file, its opt-in rows
     enabled, on the simulated nodes: the default node, the mixed one (older GPUs serve
     retired pages), after an
-    XID, with pod attribution and a time-sliced GPU shared by two containers."""
+    XID, with pod attribution, a time-sliced GPU shared by two containers and memory no
+    pod accounts for."""
     # the shipped file with its opt-in rows (commented out) enabled, as a user enables them
     shipped = Path(default_metrics_file()).read_text()
     enabled = re.sub(r"^# (DCGM_\w+,)", r"\1", shipped, flags=re.M)
@@ -119,7 +121,11 @@ def _served_on_the_simulator() -> frozenset[str]:
             a, b = Owner("ns", "a", "c"), Owner("ns", "b", "c")
             shared = Split(snap.gpus[0], {a: 100.0, b: 0.0}, {a: 5.0, b: 0.0})
             builder.selfmetrics.snapshot = snap
-            builder.dcgm(snap, catalog, splits=[shared])
+            # a process no pod accounts for on GPU 1 (a dead pod's leftovers)
+            stray = {
+                snap.gpus[1].key: DeviceUse(unaccounted_bytes=1 << 30, unaccounted_processes=1)
+            }
+            builder.dcgm(snap, catalog, splits=[shared], uses=uses)
             text = builder.build().plain.decode()
         finally:
             col.close()

@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,8 @@ class FakeKubelet:
     """Serves List/Get/GetAllocatableResources; its behaviour can be changed while it runs.
 
     ``mode``: "ok", "slow" (answers after ``delay`` s), "exhausted" (RESOURCE_EXHAUSTED),
-    "malformed" (bytes that are not a ListPodResourcesResponse).
+    "malformed" (bytes that are not a ListPodResourcesResponse). ``raw``: when not empty,
+    List answers these bytes as they are, each in turn (answers no encoder would make).
     """
 
     def __init__(self, socket_path: Path, pods: pb.ListPodResourcesResponse) -> None:
@@ -88,6 +90,7 @@ class FakeKubelet:
         self.mode = "ok"
         self.delay = 0.0
         self.calls = 0
+        self.raw: list[bytes] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -127,6 +130,8 @@ class FakeKubelet:
     def _bytes(self, resp: Any) -> bytes:
         if self.mode == "malformed":
             return b"\x0a\x05\x0a"  # a length prefix promising more bytes than follow
+        if self.raw and isinstance(resp, pb.ListPodResourcesResponse):
+            return self.raw[self.calls % len(self.raw)]
         return resp.SerializeToString()
 
     async def _list(self, request: Any, context: Any) -> Any:
@@ -152,6 +157,19 @@ class FakeKubelet:
         if self.mode == "exhausted":
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rate limit")
         return resp
+
+    async def stop_gracefully(self, grace_s: float) -> float:
+        """grpcio's graceful stop (GOAWAY, calls in flight finish, at most ``grace_s``),
+        awaited without blocking the caller's event loop; the seconds it took."""
+
+        async def stop() -> float:
+            started = time.monotonic()
+            await self._server.stop(grace_s)
+            return time.monotonic() - started
+
+        took = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(stop(), self._loop))
+        self._server = None
+        return took
 
     def stop(self, remove_socket: bool = True) -> None:
         if self._server is not None:

@@ -26,6 +26,7 @@ class Peer:
         self.conn.initiate_connection()
         self.requests: list[dict[bytes, bytes]] = []
         self.ping_acks: list[bytes] = []  # the payloads of the PING acks the client sent
+        self.ended: list[int] = []  # streams whose request has fully arrived, not yet served
 
     async def flush(self) -> None:
         """Send what h2 has queued."""
@@ -38,21 +39,36 @@ class Peer:
         self.writer.write(data)
         await self.writer.drain()
 
+    async def read(self) -> bool:
+        """Read and take in what the client sent next (acks and requests are noted);
+        False at end of file (or once the client has closed and a write found it gone)."""
+        try:
+            data = await self.reader.read(65536)
+        except ConnectionError:
+            return False
+        if not data:
+            return False
+        for ev in self.conn.receive_data(data):
+            if isinstance(ev, h2.events.RequestReceived):
+                self.requests.append(dict(ev.headers))  # type: ignore[arg-type]
+            if isinstance(ev, h2.events.PingAckReceived):
+                self.ping_acks.append(ev.ping_data or b"")
+            if isinstance(ev, h2.events.StreamEnded):
+                self.ended.append(ev.stream_id)
+        await self.flush()
+        return True
+
     async def request(self) -> int | None:
         """Read until a request has fully arrived; its stream id, or None at EOF."""
-        while True:
-            data = await self.reader.read(65536)
-            if not data:
+        while not self.ended:
+            if not await self.read():
                 return None
-            for ev in self.conn.receive_data(data):
-                if isinstance(ev, h2.events.RequestReceived):
-                    self.requests.append(dict(ev.headers))  # type: ignore[arg-type]
-                if isinstance(ev, h2.events.PingAckReceived):
-                    self.ping_acks.append(ev.ping_data or b"")
-                if isinstance(ev, h2.events.StreamEnded):
-                    await self.flush()
-                    return ev.stream_id
-            await self.flush()
+        return self.ended.pop(0)
+
+    async def until_eof(self) -> None:
+        """Read (and answer PINGs and SETTINGS) until the client closes the connection."""
+        while await self.read():
+            pass
 
     async def answer(
         self, sid: int, body: bytes, trailers: list[tuple[bytes, bytes]] | None = None
@@ -77,6 +93,30 @@ class Peer:
 def message(payload: bytes, compressed: int = 0) -> bytes:
     """A gRPC length-prefixed message."""
     return bytes([compressed]) + len(payload).to_bytes(4, "big") + payload
+
+
+# Frame types and flags (RFC 9113 section 6), for frames written as raw bytes
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY = range(8)
+WINDOW_UPDATE, CONTINUATION = 8, 9
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+
+
+def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One HTTP/2 frame as bytes: the 9-byte header (RFC 9113 section 4.1), then ``payload``
+    (any payload: the frames a broken server sends are written this way too)."""
+    head = len(payload).to_bytes(3, "big") + bytes((kind, flags))
+    return head + stream_id.to_bytes(4, "big") + payload
+
+
+def literal_block(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """A header block any HPACK decoder takes as it is, whatever its table holds: each field
+    a literal never indexed, its strings plain (RFC 7541 section 6.2.3); names and values
+    under 127 bytes."""
+    out = bytearray()
+    for name, value in headers:
+        assert len(name) < 127 and len(value) < 127
+        out += b"\x10" + bytes((len(name),)) + name + bytes((len(value),)) + value
+    return bytes(out)
 
 
 Script = Callable[[Peer], Awaitable[None]]

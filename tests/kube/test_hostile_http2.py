@@ -11,10 +11,11 @@ import time
 import h2.settings
 import pytest
 
-from exporter.kube import grpcclient, http2, podresources
+from exporter.kube import grpcclient, h2conn, podresources
 from exporter.kube.generated import podresources_pb2 as pb
 from exporter.kube.mapper import Mapper
 from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
+from tests.kube import h2kubelet as http2
 from tests.kube.h2kubelet import H2Kubelet, Peer, message
 
 ANSWER = pb.ListPodResourcesResponse(
@@ -192,7 +193,7 @@ async def test_a_frame_over_the_frame_size_is_refused(tmp_path):
     assert why.startswith(
         "kubelet List failed: UNAVAILABLE: the server's answer is not valid HTTP/2"
     )
-    assert "a frame of 1048576 bytes; at most 16384 are accepted" in why
+    assert "Received overlong frame: length 1048576, max 16384" in why
 
 
 @pytest.mark.parametrize("kind", ["ping", "settings"])
@@ -215,6 +216,42 @@ async def test_a_control_frame_flood_ends_at_the_byte_bound(tmp_path, monkeypatc
     assert why == (
         "kubelet List failed: UNAVAILABLE: the server sent more than 81920 bytes for one call"
     )
+
+
+@pytest.mark.parametrize("kind", [http2.PING, http2.SETTINGS])
+async def test_a_control_frame_flood_ends_at_the_frame_bound_in_short_steps(tmp_path, kind):
+    """60,000 PINGs (1 MB) or empty SETTINGS, within the byte bound: h2 takes them in a
+    read at a time (16 KiB, about 20 ms of CPU at most), other tasks running in between,
+    and the call ends once they pass h2conn.CALL_EVENTS."""
+    payload = b"8 bytes!" if kind == http2.PING else b""
+
+    async def script(peer: Peer) -> None:
+        await peer.request()
+        for _ in range(60):
+            await peer.raw(F(kind, 0, 0, payload) * 1000)
+        await peer.request()
+
+    gaps: list[float] = []
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.002)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    try:
+        why = await reason(tmp_path, script, timeout_s=20)
+    finally:
+        tick.cancel()
+    assert why == (
+        "kubelet List failed: UNAVAILABLE: the server sent more frames than allowed for one call"
+    )
+    # other tasks ran between reads (11 to 21 of them here, a few ms each), not once the
+    # whole flood was read: a scrape waits for a read or two, not for the flood
+    assert len(gaps) >= 3, gaps
 
 
 async def test_a_server_that_never_answers_meets_the_deadline(tmp_path):
@@ -302,7 +339,7 @@ async def test_garbage_is_one_clear_reason_without_a_traceback(tmp_path, invento
 
 def _fields(*pairs: tuple[bytes, bytes]) -> bytes:
     """A header block any HPACK decoder takes as it is (literals, nothing indexed)."""
-    return http2.header_block(list(pairs))
+    return http2.literal_block(list(pairs))
 
 
 OK_HEADERS = _fields((b":status", b"200"), (b"content-type", b"application/grpc"))
@@ -360,19 +397,22 @@ def _stream_1(kind: int, flags: int, payload: bytes) -> bytes:
 @pytest.mark.parametrize(
     ("frames", "expected"),
     [
-        (_stream_1(http2.PUSH_PROMISE, 4, b"\0\0\0\2" + OK_HEADERS), "PUSH_PROMISE"),
+        (_stream_1(http2.PUSH_PROMISE, 4, b"\0\0\0\2" + OK_HEADERS), "Received pushed stream"),
         (F(http2.DATA, 0, 3, b"x"), "a frame on stream 3, which this client did not open"),
         (F(http2.DATA, 0, 2, b"x"), "a frame on stream 2, which this client did not open"),
-        (_stream_1(http2.CONTINUATION, 4, OK_HEADERS), "CONTINUATION outside"),
-        (_stream_1(http2.HEADERS, 0, OK_HEADERS) + F(6, 0, 0, b"8 bytes!"), "cut by"),
+        (_stream_1(http2.CONTINUATION, 4, OK_HEADERS), "RECV_CONTINUATION"),
+        (_stream_1(http2.HEADERS, 0, OK_HEADERS) + F(6, 0, 0, b"8 bytes!"), "during header block"),
         (_stream_1(http2.DATA, http2.PADDED, b"\x05abcd"), "padding"),
-        (_stream_1(http2.HEADERS, 4, b"\xff\xff\xff\xff"), "headers that do not decode"),
-        (_stream_1(http2.HEADERS, 4, _fields((b"Grpc-Status", b"0"))), "upper case"),
-        (_stream_1(http2.HEADERS, 4, _fields((b":path", b"/"))), "exactly one :status"),
-        (_stream_1(http2.DATA, 0, b"\0\0\0\0\0"), "DATA outside the answer's body"),
-        (F(http2.SETTINGS, 0, 0, b"\0\2\0\0\0\7"), "SETTINGS 2 = 7"),
-        (F(http2.PING, 0, 1, b"8 bytes!"), "a frame of type 6 on stream 1"),
-        (F(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), "WINDOW_UPDATE"),
+        (_stream_1(http2.HEADERS, 4, b"\xff\xff\xff\xff"), "Error decoding header block"),
+        (_stream_1(http2.HEADERS, 4, _fields((b"Grpc-Status", b"0"))), "uppercase header name"),
+        (
+            _stream_1(http2.HEADERS, 4, _fields((b":path", b"/"))),
+            "missing mandatory b':status' header",
+        ),
+        (_stream_1(http2.DATA, 0, b"\0\0\0\0\0"), "cannot receive data before headers"),
+        (F(http2.SETTINGS, 0, 0, b"\0\2\0\0\0\7"), "Setting 2 has invalid value 7"),
+        (F(http2.PING, 0, 1, b"8 bytes!"), "Stream ID must be zero for PingFrame"),
+        (F(http2.WINDOW_UPDATE, 0, 0, b"\0\0\0\0"), "non-compliant data"),
     ],
 )
 async def test_frames_against_the_protocol_end_the_call_with_one_reason(tmp_path, frames, expected):
@@ -397,3 +437,29 @@ async def test_a_server_that_does_not_begin_with_settings_is_refused(tmp_path):
 
     why = await reason(tmp_path, script)
     assert why.endswith("is not valid HTTP/2 (the server did not begin with SETTINGS)")
+
+
+def _settings_flood_cpu(frames: int) -> float:
+    """CPU seconds h2's client side (as exporter/kube/h2conn.py sets it up) takes to read
+    ``frames`` empty SETTINGS frames arriving in one read, and queue the acks (best of 2)."""
+    flood = F(http2.SETTINGS, 0, 0) * frames
+    best = float("inf")
+    for _ in range(2):
+        conn = h2conn.client(grpcclient.FRAME_ALLOWANCE_BYTES, grpcclient.MAX_HEADER_LIST_BYTES)
+        conn.data_to_send()
+        started = time.process_time()
+        conn.receive_data(flood)
+        acks = conn.data_to_send()
+        best = min(best, time.process_time() - started)
+        assert acks == F(http2.SETTINGS, http2.ACK, 0) * frames  # one ack each
+    return best
+
+
+def test_a_settings_flood_costs_linear_time():
+    """Ten times the frames in one read cost about ten times the CPU, at sizes where a reply
+    buffer grown by copying (the acks of every frame, kept for the next write) would cost
+    fifty times or more. The client reads 64 KiB at most (h2conn.READ_CHUNK, 7,281 empty
+    SETTINGS frames); these reads are five times that."""
+    per_read = 5 * h2conn.READ_CHUNK // 9
+    small, large = _settings_flood_cpu(per_read // 10), _settings_flood_cpu(per_read)
+    assert large < 25 * small, (small, large)

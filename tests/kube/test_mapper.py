@@ -121,3 +121,53 @@ async def test_unchanged_answer_reuses_the_map(mapper, kubelet, inventory):
 
     await mapper.refresh([g for i, g in gpus.items() if i != 7], migs.values())
     assert mapper.rebuilds == 3 and gpus[7].key not in mapper.map.owners
+
+
+async def test_a_rate_limited_kubelet_keeps_the_last_map_and_backs_off(mapper, kubelet, inventory):
+    """The kubelet's rate limiter (100 calls/s, burst 10) answers RESOURCE_EXHAUSTED: the
+    pods stay labelled from the last good answer and the mapper waits at least 5 s."""
+    import time
+
+    gpus, migs = inventory
+    await mapper.refresh(gpus.values(), migs.values())
+    good = mapper.map
+    assert good.owners
+    kubelet.mode = "exhausted"
+    now = time.monotonic()
+    await mapper.refresh(gpus.values(), migs.values())
+    assert "RESOURCE_EXHAUSTED" in mapper.status
+    assert mapper.map is good
+    assert mapper._retry_at - now >= 5.0 * 0.9
+    calls = kubelet.calls
+    for _ in range(5):  # the cycles inside the backoff do not ask
+        await mapper.refresh(gpus.values(), migs.values())
+    assert kubelet.calls == calls and mapper.map is good
+    kubelet.mode = "ok"
+    mapper._retry_at = 0.0  # the backoff is over
+    await mapper.refresh(gpus.values(), migs.values())
+    assert mapper.status == "" and mapper.map.owners == good.owners
+
+
+async def test_answers_are_decoded_and_mapped_off_the_event_loop(
+    mapper, kubelet, inventory, monkeypatch
+):
+    """A new answer is decoded and mapped in the mapper's worker thread (the event loop
+    keeps serving scrapes meanwhile); an unchanged one is recognised without it."""
+    import threading
+
+    from exporter.kube import mapper as module
+
+    threads: list[str] = []
+    real_parse = module.parse
+
+    def parse(raw: bytes):  # the real decoding, noting where it runs
+        threads.append(threading.current_thread().name)
+        return real_parse(raw)
+
+    monkeypatch.setattr(module, "parse", parse)
+    gpus, migs = inventory
+    await mapper.refresh(gpus.values(), migs.values())
+    await mapper.refresh(gpus.values(), migs.values())
+    assert mapper.status == "" and mapper.map.owners
+    assert len(threads) == 1 and threads[0].startswith("kube-map")
+    assert threading.current_thread() is threading.main_thread()

@@ -31,7 +31,7 @@ from tests.procs import ROOT, Exporter, wait_until
 REPS = 20
 STOP_S = 2.0  # issue 15: SIGTERM/SIGINT end the process within 2 s
 VERSIONS = ("3.11", "3.12", "3.13")
-PROBE = "import aiohttp, hpack, pynvml, prometheus_client, yaml, exporter.cli"
+PROBE = "import aiohttp, h2, google.protobuf, pynvml, prometheus_client, yaml, exporter.cli"
 
 
 def interpreter(version: str) -> tuple[str | None, str]:
