@@ -122,10 +122,8 @@ def _served_on_the_simulator() -> frozenset[str]:
             shared = Split(snap.gpus[0], {a: 100.0, b: 0.0}, {a: 5.0, b: 0.0})
             builder.selfmetrics.snapshot = snap
             # a process no pod accounts for on GPU 1 (a dead pod's leftovers)
-            stray = {
-                snap.gpus[1].key: DeviceUse(unaccounted_bytes=1 << 30, unaccounted_processes=1)
-            }
-            builder.dcgm(snap, catalog, splits=[shared], uses=uses)
+            stray = DeviceUse(unaccounted_bytes=1 << 30, unaccounted_processes=1)
+            builder.dcgm(snap, catalog, splits=[shared], uses={snap.gpus[1].key: stray})
             text = builder.build().plain.decode()
         finally:
             col.close()
