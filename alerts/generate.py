@@ -78,7 +78,7 @@ _Dumper.add_representer(str, _str_representer)
 
 def load_config(path: Path = CONFIG) -> dict[str, Any]:
     """The settings: ``job`` (a regex), ``runbook_url_base``, ``gpu_hour_price`` and
-    ``gpu_hour_price_by_model`` (modelName -> price)."""
+    ``gpu_hour_price_by_model`` (the GPU model, as in modelName, -> price)."""
     with path.open(encoding="utf-8") as f:
         cfg = yaml.safe_load(f) or {}
     for key in ("job", "runbook_url_base"):
@@ -114,7 +114,7 @@ def prices(cfg: dict[str, Any], path: Path = CONFIG) -> dict[str, Any]:
     }
 
 
-PRICE_TABLE = "modelName:gpu_hour_price:config"
+PRICE_TABLE = "model_name:gpu_hour_price:config"
 
 
 def _promql_string(value: str) -> str:
@@ -127,13 +127,13 @@ def price_table(cfg: dict[str, Any]) -> str | None:
     if not by_model:
         return None
     return "\nor\n".join(
-        f'label_replace(vector({price!r}), "modelName", {_promql_string(model)}, "", "")'
+        f'label_replace(vector({price!r}), "model_name", {_promql_string(model)}, "", "")'
         for model, price in sorted(by_model.items())
     )
 
 
 def priced(expr: str, cfg: dict[str, Any]) -> str:
-    """``expr`` with each ``priced(X)`` replaced by X times the price of its modelName."""
+    """``expr`` with each ``priced(X)`` replaced by X times the price of its model_name."""
     while (at := expr.find("priced(")) >= 0:
         depth, end = 0, at + len("priced")
         for end in range(at + len("priced"), len(expr)):
@@ -143,7 +143,7 @@ def priced(expr: str, cfg: dict[str, Any]) -> str:
         inner = expr[at + len("priced(") : end]
         default = f"({inner}) * {cfg.get('gpu_hour_price', 0.0)!r}"
         if cfg.get("gpu_hour_price_by_model"):
-            table = f"({inner}) * on (modelName) group_left () {PRICE_TABLE}"
+            table = f"({inner}) * on (model_name) group_left () {PRICE_TABLE}"
             default = f"({table}\n  or\n  {default})"
         expr = expr[:at] + default + expr[end + 1 :]
     return expr

@@ -17,7 +17,7 @@ HOURS = (
     "over the GPU's (1g on an H100: a seventh), a share of a time-sliced GPU its part."
 )
 POD_LEGEND = "{{namespace}}/{{pod}}"
-DEVICE_LEGEND = f"{HOST} GPU {{{{gpu}}}} {{{{GPU_I_PROFILE}}}} {{{{GPU_I_ID}}}}"
+DEVICE_LEGEND = f"{HOST} GPU {{{{gpu}}}} {{{{gpu_i_profile}}}} {{{{gpu_i_id}}}}"
 
 
 def _namespaces() -> list[Any]:

@@ -1,8 +1,9 @@
 """The accounting families: per-holder counters, each GPU's unallocated and unattributed
 parts, unaccounted GPU memory, and the holders dropped.
 
-Holder series carry the device's identity (``gpu``, ``UUID``, ``modelName``, a MIG
-instance's ``GPU_I_PROFILE`` and ``GPU_I_ID``, the node label) and, with pod
+Holder series carry the device's identity in our own families' snake_case (``gpu``,
+``uuid``, ``model_name``, a MIG instance's ``gpu_i_profile`` and ``gpu_i_id``, the node
+label as ``hostname``) and, with pod
 attribution, ``pod``, ``namespace`` and ``container``: not the bus id, device file or
 label fields, which say nothing accounting needs and would double the bytes. A
 holder's lines are prefixed once, when it is first rendered; a cycle writes values.
@@ -49,8 +50,8 @@ LEFT_OUT = frozenset({"pci_bus_id", "device"})  # and label fields (DCGM_FI_*)
 
 
 def identity(labels: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The device label pairs accounting series keep."""
-    return [(k, v) for k, v in labels if k not in LEFT_OUT and not k.startswith("DCGM_")]
+    """The device label pairs accounting series keep, in snake_case (text.OWN_LABELS)."""
+    return text.own_labels(labels, LEFT_OUT)
 
 
 def _holder_lines(acc: HolderAccount) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.catalog import Skipped
+from exporter.exposition import text
 from exporter.exposition.families import Family, Registry, counter
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
@@ -22,18 +23,6 @@ if TYPE_CHECKING:
     from exporter.kube.attribution import KubeStatus
 
 PREFIX = "gpu_exporter"
-# gpu_exporter_gpu_up is our own family: its labels are the GPU's identity labels renamed
-# to snake_case (dcgm-exporter's names, in its order, for the DCGM series only)
-GPU_UP_LABELS = {
-    "gpu": "gpu",
-    "UUID": "uuid",
-    "uuid": "uuid",  # -o (dcgm-exporter 1.x names)
-    "pci_bus_id": "pci_bus_id",
-    "device": "device",
-    "modelName": "model_name",
-    "Hostname": "hostname",
-    "hostname": "hostname",
-}
 
 
 class SelfMetrics:
@@ -230,4 +219,4 @@ def _kube_families(st: KubeStatus) -> Iterator[Family]:
 
 def _gpu_up_labels(dev: Device) -> dict[str, str]:
     """A GPU's identity labels under their snake_case names, in dcgm-exporter's order."""
-    return {GPU_UP_LABELS[k]: v for k, v in dev.labels if k in GPU_UP_LABELS}
+    return dict(text.own_labels(dev.labels, frozenset({"GPU_I_PROFILE", "GPU_I_ID", "GPU_CI_ID"})))

@@ -17,6 +17,31 @@ _SURROGATES = re.compile("[\ud800-\udfff]")
 _replaced = RateLimited(60.0)
 
 
+# The exporter's own families (gpu_exporter_*) name a device's identity in snake_case, as
+# Prometheus asks; the DCGM series keep dcgm-exporter's names (UUID, modelName, ...).
+OWN_LABELS = {
+    "gpu": "gpu",
+    "UUID": "uuid",
+    "uuid": "uuid",  # -o (dcgm-exporter 1.x names)
+    "pci_bus_id": "pci_bus_id",
+    "device": "device",
+    "modelName": "model_name",
+    "Hostname": "hostname",
+    "hostname": "hostname",
+    "GPU_I_PROFILE": "gpu_i_profile",
+    "GPU_I_ID": "gpu_i_id",
+    "GPU_CI_ID": "gpu_ci_id",
+}
+
+
+def own_labels(
+    pairs: Iterable[tuple[str, str]], leave_out: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """A device's identity label pairs under our own families' names (label fields and
+    names outside :data:`OWN_LABELS` left out, and those of ``leave_out``)."""
+    return [(OWN_LABELS[k], v) for k, v in pairs if k in OWN_LABELS and k not in leave_out]
+
+
 def valid(value: str) -> str:
     """``value`` with every code point UTF-8 cannot encode replaced by U+FFFD: the lone
     surrogates a JSON string such as ``"\\ud800"`` decodes to (in a Python string every

@@ -72,11 +72,11 @@ def held(*claims: Claim, **kw: float) -> DeviceUse:
 
 
 def served(ledger: Ledger, uses=None) -> dict:
-    """{(family, pod or gpu/GPU_I_ID): value} of what the exposition shows."""
+    """{(family, pod or gpu/gpu_i_id): value} of what the exposition shows."""
     text, _ = families(ledger, uses, ())
     out = {}
     for s in samples(text):
-        who = s.labels.get("pod") or f"{s.labels.get('gpu')}/{s.labels.get('GPU_I_ID', '')}"
+        who = s.labels.get("pod") or f"{s.labels.get('gpu')}/{s.labels.get('gpu_i_id', '')}"
         out[(s.name.removeprefix("gpu_exporter_"), who)] = s.value
     return out
 
@@ -256,11 +256,11 @@ def test_holder_series_carry_the_devices_identity_and_the_pod() -> None:
     ledger = Ledger()
     ledger.update(snap(0, [g]), {g.key: held(Claim("ml", "a", "c"))})
     (s, *_) = samples(families(ledger, None, ())[0])
-    assert s.labels == {
+    assert s.labels == {  # our own family: the identity in snake_case
         "gpu": "0",
-        "UUID": "GPU-0",
-        "modelName": "NVIDIA H100 80GB HBM3",
-        "Hostname": "node",
+        "uuid": "GPU-0",
+        "model_name": "NVIDIA H100 80GB HBM3",
+        "hostname": "node",
         "pod": "a",
         "namespace": "ml",
         "container": "c",
@@ -280,4 +280,4 @@ def test_unaccounted_series_only_where_there_is_some(procs: int) -> None:
         "gpu_exporter_unaccounted_memory_bytes": 4096,
         "gpu_exporter_unaccounted_processes": 2,
     }
-    assert all(s.labels["allocated"] == "false" and s.labels["UUID"] == "GPU-0" for s in got)
+    assert all(s.labels["allocated"] == "false" and s.labels["uuid"] == "GPU-0" for s in got)

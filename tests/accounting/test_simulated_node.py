@@ -152,9 +152,9 @@ def test_energy_of_holders_plus_unattributed_is_the_gpus_energy(run: Run) -> Non
 
 def test_a_1g_10gb_instance_held_600_s_accrues_600_over_7(run: Run) -> None:
     """The H100's GPU instance profiles give 7 compute slices; 1g.10gb has one."""
-    got = run.total(ALLOCATED, pod="small", GPU_I_PROFILE="1g.10gb")
+    got = run.total(ALLOCATED, pod="small", gpu_i_profile="1g.10gb")
     assert _close(got, 600 / 7), got
-    large = run.total(ALLOCATED, pod="large", GPU_I_PROFILE="3g.40gb")
+    large = run.total(ALLOCATED, pod="large", gpu_i_profile="3g.40gb")
     assert _close(large, 400 * 3 / 7), large
 
 

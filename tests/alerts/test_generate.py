@@ -130,11 +130,11 @@ def test_gpu_hours_are_priced_per_model_when_listed(tmp_path: Path, promtool: st
     cfg = _priced_cfg({"NVIDIA H100 80GB HBM3": 4.0, 'Odd "GPU"': 9.0})
     (tmp_path / "rules.yaml").write_text(gen.render_rules("gpu-accounting.rules.yaml", cfg=cfg))
     held = 'gpu_exporter_allocated_gpu_seconds_total{job="gpu-exporter", namespace="ml", '
-    cost, price = "namespace_pod:gpu_cost:increase1h", "modelName:gpu_hour_price:config"
+    cost, price = "namespace_pod:gpu_cost:increase1h", "model_name:gpu_hour_price:config"
     tests = {
         "interval": "1m",
         "input_series": [
-            {"series": held + f'pod="{pod}", modelName="{model}"}}', "values": "0+60x60"}
+            {"series": held + f'pod="{pod}", model_name="{model}"}}', "values": "0+60x60"}
             for pod, model in (("a", "NVIDIA H100 80GB HBM3"), ("b", "NVIDIA A100-SXM4-40GB"))
         ],
         "promql_expr_test": [
@@ -150,8 +150,8 @@ def test_gpu_hours_are_priced_per_model_when_listed(tmp_path: Path, promtool: st
                 "expr": price,
                 "eval_time": "1m",
                 "exp_samples": [
-                    {"labels": price + '{modelName="NVIDIA H100 80GB HBM3"}', "value": 4},
-                    {"labels": price + '{modelName="Odd \\"GPU\\""}', "value": 9},
+                    {"labels": price + '{model_name="NVIDIA H100 80GB HBM3"}', "value": 4},
+                    {"labels": price + '{model_name="Odd \\"GPU\\""}', "value": 9},
                 ],
             },
         ],
