@@ -28,7 +28,9 @@ _NO_SAMPLES = {N.NVML_ERROR_NOT_FOUND, N.NVML_SUCCESS}  # NVMLError(0): a known 
 
 @dataclass(frozen=True, slots=True)
 class ProcUse:
-    """One process on one device: memory in MiB (None if withheld), SM % (None: no sample)."""
+    """One process on one device: memory in MiB (None if NVML withholds it, as on MIG; 0
+    for a process only the utilization samples show, such as a graphics one), SM % (None:
+    no sample)."""
 
     pid: int
     used_mib: float | None
@@ -62,7 +64,11 @@ class ProcessReader:
         sm = {} if dev.is_mig else self._utilization(dev)
         live = set(memory) | set(sm)
         return tuple(
-            ProcUse(pid, memory.get(pid), sm.get(pid, 0.0 if pid in memory else None))
+            ProcUse(
+                pid,
+                memory.get(pid, 0.0),  # None stays None: withheld
+                sm.get(pid, 0.0 if pid in memory else None),
+            )
             for pid in sorted(live)
         )
 

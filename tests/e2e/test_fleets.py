@@ -15,7 +15,7 @@ SUMMARY = "not available on at least one GPU"
 # What each new fleet's one line must name, by what the boards and drivers lack
 # (docs/compatibility.md, field-support matrix).
 NAMED = {
-    "a100-80gb-535.yaml": ("DEV_PCIE_TX_THROUGHPUT", "DEV_RETIRED_SBE", "PROF_SM_ACTIVE"),
+    "a100-80gb-535.yaml": ("DEV_RETIRED_SBE", "PROF_SM_ACTIVE"),
     "l40s.yaml": ("DEV_NVLINK_BANDWIDTH_TOTAL", "DEV_MEMORY_TEMP", "PROF_GR_ENGINE_ACTIVE"),
     "h200.yaml": ("DEV_RETIRED_SBE", "DEV_GPU_UTIL"),
     "b200-mig.yaml": ("DEV_RETIRED_SBE", "DEV_GPU_UTIL", "DEV_ENC_UTIL"),
@@ -36,6 +36,11 @@ def test_exporter_serves_the_fleet(fleet):
         instances = re.findall(r"^DCGM_FI_DEV_FB_USED\{[^}]*GPU_I_ID=", text, re.M)
         assert len(instances) == migs
         exporter.wait_metrics(lambda t: "gpu_exporter_collections_total" in t, timeout=20)
+        # every driver branch serves PCIe throughput: R555 and newer from the byte counters
+        # (fields 197/198), older ones through nvmlDeviceGetPcieThroughput
+        text = exporter.wait_metrics(lambda t: "DCGM_FI_DEV_PCIE_TX_THROUGHPUT{" in t, 20)
+        served = set(re.findall(r'^DCGM_FI_DEV_PCIE_TX_THROUGHPUT\{gpu="(\d+)"', text, re.M))
+        assert served == gpus
     finally:
         log = exporter.stop()
     assert "Traceback" not in log, log

@@ -81,17 +81,26 @@ def test_hpc_job_files_change_while_it_runs(tmp_path):
     assert sum("cannot read it" in line for line in log.splitlines()) == 1  # logged once
 
 
-def test_health_requires_a_collected_gpu_while_the_driver_is_away():
+def test_health_requires_a_collected_gpu():
+    """/health answers 200 while GPUs are collected and 503 once none is (both lost); a
+    node that sees no GPU at all answers 503 from the start. Without the flag, 200."""
     exp = Exporter(
-        "-c", "500", "--health-require-gpus", fleet=FIXTURES / "fleets" / "driver-late.yaml"
+        "-c", "500", "--health-require-gpus", fleet=FIXTURES / "fleets" / "gpus-lost.yaml"
     )
     try:
-        wait_until(lambda: exp.get("/health")[0] in (200, 503), 20, "the exporter to answer")
-        status, _, body = exp.get("/health")
-        assert (status, body) == (503, b"no GPU is being collected\n")
-        wait_until(lambda: exp.get("/health")[0] == 200, 15, "/health once GPUs are collected")
+        exp.wait_ready(timeout=20)
+        assert exp.get("/health")[0] == 200
+        wait_until(lambda: exp.get("/health")[0] == 503, 15, "/health once no GPU is collected")
+        assert exp.get("/health")[2] == b"no GPU is being collected\n"
     finally:
         exp.stop()
+    for flags, want in ((["--health-require-gpus"], 503), ([], 200)):
+        exp = Exporter("-c", "500", *flags, fleet=FIXTURES / "fleets" / "no-gpus.yaml")
+        try:
+            wait_until(lambda: exp.get("/ready")[0] == 200, 20, "ready with no GPU")
+            assert exp.get("/health")[0] == want, flags
+        finally:
+            exp.stop()
 
 
 def test_listens_on_the_socket_systemd_passes():
