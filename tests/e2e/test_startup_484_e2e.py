@@ -97,7 +97,7 @@ def test_health_requires_a_collected_gpu():
     for flags, want in ((["--health-require-gpus"], 503), ([], 200)):
         exp = Exporter("-c", "500", *flags, fleet=FIXTURES / "fleets" / "no-gpus.yaml")
         try:
-            wait_until(lambda: exp.get("/ready")[0] == 200, 20, "ready with no GPU")
+            exp.wait_ready(timeout=20)  # ready with no GPU
             assert exp.get("/health")[0] == want, flags
         finally:
             exp.stop()
