@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 from aiohttp import web
@@ -24,7 +24,7 @@ from exporter.catalog import Catalog, CatalogError, load
 from exporter.collector import Collector
 from exporter.config import DEFAULT_KERNEL_LOG, Collection, Config
 from exporter.files import ConfigFileError, read_config_file
-from exporter.http import eviction, server, webconfig
+from exporter.http import eviction, server
 from exporter.http.routes import Source, anyone, routes
 from exporter.poller import Poller
 from exporter.watchgroups import GroupError, resolve
@@ -82,7 +82,9 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
             ),
         )  # fmt: skip
     app.cleanup_ctx.append(_collecting)
-    if cfg.web_config_file:
+    if cfg.web_config_file:  # TLS and bcrypt are loaded only with a web config
+        from exporter.http import webconfig
+
         excluded = cfg.auth_excluded_paths
         webconfig.install(app, cfg.web_config_file, frozenset(excluded))
     return app
@@ -101,11 +103,16 @@ def _source(app: web.Application, poller: Poller, cfg: Config) -> Source:
         snap = poller.snapshot
         return snap is not None and bool(snap.gpus)
 
+    authenticated: Callable[[web.Request], bool] = anyone
+    if cfg.web_config_file:
+        from exporter.http import webconfig
+
+        authenticated = webconfig.authenticated
     return Source(
         exposition,
         poller.readiness,
         alive,
-        webconfig.authenticated if cfg.web_config_file else anyone,
+        authenticated,
         cfg.max_concurrent_scrapes,
         has_gpus if cfg.health_require_gpus else None,
     )

@@ -11,7 +11,6 @@ from collections import defaultdict
 from exporter import __version__
 from exporter.catalog import Catalog, CatalogError, load, parse
 from exporter.config import Config
-from exporter.http import webconfig
 from exporter.watchgroups import GroupError, resolve
 
 log = logging.getLogger("exporter")
@@ -105,6 +104,8 @@ def validate(cfg: Config) -> tuple[Catalog | None, list[str]]:
         problems.append(str(e))
         catalog = None
     if cfg.web_config_file:
+        from exporter.http import webconfig
+
         try:
             webconfig.load(cfg.web_config_file)
         except ValueError as e:

@@ -15,12 +15,14 @@ import argparse
 import dataclasses
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exporter import configfile
 from exporter.config import Config, ConfigError, parse_count
 from exporter.durations import parse_duration
 from exporter.flags import BY_LONG, Resolver
+
+if TYPE_CHECKING:
+    from exporter import configfile
 
 DCGM_LOG_LEVELS = ("NONE", "FATAL", "ERROR", "WARN", "INFO", "DEBUG")
 MAX_SCRAPES = 100_000
@@ -32,6 +34,8 @@ def resolver(args: argparse.Namespace, env: Mapping[str, str]) -> Resolver:
     r = Resolver(args, env)
     path, src = r.flag("config-file")
     if path:
+        from exporter import configfile  # only with --config-file
+
         try:
             fc = configfile.load(path)
         except configfile.FileError as e:

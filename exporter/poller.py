@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
-from exporter.containers import Runtime, by_device
 from exporter.exposition import jobs
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
@@ -41,6 +40,7 @@ from exporter.snapshot import CollectorResult, Snapshot
 from exporter.watchgroups import resolve
 
 if TYPE_CHECKING:
+    from exporter.containers import Runtime
     from exporter.kube.attribution import Attribution
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,11 @@ class Poller:
         self.collections = getattr(cfg, "collections", ())
         job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
         self.job_files = JobFiles(job_dir) if job_dir else None
-        self.runtime = Runtime(socket, interval_s) if socket else None
+        self.runtime: Runtime | None = None
+        if socket:  # the client is imported only when it is used
+            from exporter.containers import Runtime
+
+            self.runtime = Runtime(socket, interval_s)
         self._workloads: jobs.Workloads | None = None
         self.exposition: Exposition = self.builder.build()
 
@@ -314,7 +318,11 @@ class Poller:
         if self.job_files is None and self.runtime is None:
             return None
         job_map = self.job_files.read() if self.job_files is not None else {}
-        held = by_device(self.runtime.held, snap.gpus + snap.entities) if self.runtime else {}
+        held = {}
+        if self.runtime is not None:
+            from exporter.containers import by_device
+
+            held = by_device(self.runtime.held, snap.gpus + snap.entities)
         return jobs.Workloads(job_map, held)
 
     def _publish_self(self) -> None:

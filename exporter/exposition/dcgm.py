@@ -134,7 +134,7 @@ def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
         return values(spec, fr)
     r = by_new().get(spec.field.name)
     shares = v.shares.get(r.old if r else spec.field.name, {})
-    unit = float(r.factor) if r else 1.0
+    unit = r.scale if r else 1.0
     if spec.field.scope is Scope.DEVICE:
         series: Sequence[tuple[Device, str]] = fr.targets.device
     else:

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from exporter import signals
 from exporter.config import Config
-from exporter.http import listener, webconfig
+from exporter.http import listener
 from exporter.http.accesslog import HTTP_LOG
 from exporter.http.connections import ConnectionLimit, Limits
 
@@ -81,7 +81,11 @@ async def serve(app: web.Application, cfg: Config) -> None:
     remove = signals.on_stop(stop.set)
     try:
         assert runner.server is not None
-        tls = webconfig.ssl_context(app)
+        tls = None
+        if cfg.web_config_file:
+            from exporter.http import webconfig
+
+            tls = webconfig.ssl_context(app)
         pool = ConnectionLimit(runner.server, limits(cfg), tls, listener.ACCEPT_HEADROOM)
         accepting = _listen(pool, cfg)
         log.info("serving on %s, collecting every %g s", _address(cfg), cfg.interval_s)

@@ -14,10 +14,13 @@ import csv
 import dataclasses
 import io
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cache
+from math import gcd
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 F = TypeVar("F", bound=Any)
 
@@ -33,12 +36,42 @@ class Rename:
     new: str
     old_unit: str
     unit: str
-    factor: Fraction
+    num: int  # the factor, exactly: num / den (the exporter needs no fractions module)
+    den: int
     confirmed: bool
 
     @property
     def is_label(self) -> bool:
         return self.unit == "label"
+
+    @property
+    def scale(self) -> float:
+        """The factor as a float."""
+        return self.num / self.den
+
+    @property
+    def factor(self) -> Fraction:
+        """The factor, exact (for the rules and dashboards generators)."""
+        from fractions import Fraction
+
+        return Fraction(self.num, self.den)
+
+
+def _ratio(text: str, where: str) -> tuple[int, int]:
+    """``"1048576"``, ``"0.001"`` or ``"1/1000"`` as a reduced (numerator, denominator)."""
+    try:
+        if "/" in text:
+            n_text, d_text = text.split("/")
+            num, den = int(n_text), int(d_text)
+        else:
+            whole, _, decimals = text.partition(".")
+            num, den = int(whole + decimals), 10 ** len(decimals)
+    except ValueError:
+        raise ValueError(f"{where}: factor {text!r} is not a number") from None
+    if num <= 0 or den <= 0:
+        raise ValueError(f"{where}: factor {text!r} must be above 0")
+    g = gcd(num, den)
+    return num // g, den // g
 
 
 def parse(text: str, source: str = str(TABLE)) -> tuple[Rename, ...]:
@@ -56,7 +89,8 @@ def parse(text: str, source: str = str(TABLE)) -> tuple[Rename, ...]:
         if len(cells) != 6 or cells[5] not in STATUSES:
             raise ValueError(f"{source}:{rows.line_num}: expected 6 columns ending in a status")
         old, new, old_unit, unit, factor, status = cells
-        out.append(Rename(old, new, old_unit, unit, Fraction(factor), status == "confirmed"))
+        num, den = _ratio(factor, f"{source}:{rows.line_num}")
+        out.append(Rename(old, new, old_unit, unit, num, den, status == "confirmed"))
     return tuple(out)
 
 
@@ -83,9 +117,9 @@ def renamed(old: F, r: Rename) -> F:
     converted to ``r.unit``: a rate's divisor or the scale takes the factor."""
     if r.is_label:
         return dataclasses.replace(old, name=r.new)
-    factor = float(r.factor)
+    factor = r.scale
     if old.rate:  # a rate divides the counter's change per second by ``rate``
         return dataclasses.replace(old, name=r.new, unit=r.unit, rate=old.rate / factor)
-    integer = old.integer and r.factor.denominator == 1
+    integer = old.integer and r.den == 1
     scale = old.scale * factor
     return dataclasses.replace(old, name=r.new, unit=r.unit, scale=scale, integer=integer)
