@@ -29,11 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.catalog import Catalog
 from exporter.collector import Collector
-from exporter.exposition import jobs
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.heap import Trimmer, limit_arenas
-from exporter.hpcjobs import JobFiles
 from exporter.nvml.session import DriverGone
 from exporter.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
@@ -41,6 +39,8 @@ from exporter.watchgroups import resolve
 
 if TYPE_CHECKING:
     from exporter.containers import Runtime
+    from exporter.exposition import jobs
+    from exporter.hpcjobs import JobFiles
     from exporter.kube.attribution import Attribution
 
 log = logging.getLogger(__name__)
@@ -90,9 +90,13 @@ class Poller:
         self._trimmer = Trimmer()
         self.collections = getattr(cfg, "collections", ())
         job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
-        self.job_files = JobFiles(job_dir) if job_dir else None
+        self.job_files: JobFiles | None = None
+        if job_dir:  # the job files' reader and the container client: only when asked for
+            from exporter.hpcjobs import JobFiles
+
+            self.job_files = JobFiles(job_dir)
         self.runtime: Runtime | None = None
-        if socket:  # the client is imported only when it is used
+        if socket:
             from exporter.containers import Runtime
 
             self.runtime = Runtime(socket, interval_s)
@@ -323,7 +327,9 @@ class Poller:
             from exporter.containers import by_device
 
             held = by_device(self.runtime.held, snap.gpus + snap.entities)
-        return jobs.Workloads(job_map, held)
+        from exporter.exposition.jobs import Workloads
+
+        return Workloads(job_map, held)
 
     def _publish_self(self) -> None:
         sm = self.selfmetrics

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
 from exporter.catalog import Catalog
-from exporter.exposition import accounting, dcgm, jobs, pods, text, virtual
+from exporter.exposition import accounting, dcgm, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from exporter.accounting.claims import DeviceUse
+    from exporter.exposition import jobs
     from exporter.kube.attribution import Holder
     from exporter.kube.sharing import Split
 
@@ -184,7 +185,9 @@ class Builder:
         else:
             lay = self._layout_cached(snap, (shape, devices), holders)
         if workloads:
-            copies = jobs.copies(devices, lay.series_labels, copies, *workloads)
+            from exporter.exposition.jobs import copies as job_copies  # HPC jobs, containers
+
+            copies = job_copies(devices, lay.series_labels, copies, *workloads)
         if copies:
             dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, copies)
         else:
