@@ -84,7 +84,7 @@ def publish(fleet: str, pods: int, batches: int, replace: int = 0) -> dict[str, 
                     snap = snaps[i]
                     # --pods 0: no pod attribution, each device holds itself
                     uses = usage.uses(snap, podmaps[i], None) if on and pods else None
-                    p.builder.dcgm(snap, catalog, None, (), None, uses)
+                    p.builder.dcgm(snap, catalog, uses=uses)
                     p.exposition = p.builder.build()
                 if b:
                     results[on].append((time.thread_time() - c0) / BATCH * 1e3)
@@ -176,7 +176,7 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
                 pods[replaced % len(pods)] = f"pod-{len(keys) + replaced:06d}"
             owners = {k: (Owner("churn", pod, "main"),) for k, pod in zip(keys, pods, strict=True)}
             uses = device_uses(snap, PodMap(MappingProxyType(owners)), None)
-            poller.builder.dcgm(snap, catalog, None, (), None, uses)
+            poller.builder.dcgm(snap, catalog, uses=uses)
             poller.exposition = poller.builder.build()
 
         for _ in range(20):

@@ -290,9 +290,9 @@ class Poller:
                 attr.holders(),
                 attr.splits(snap),
                 attr.sharers(),
-                group,
-                workloads,
-                None if group else attr.usage(snap),
+                again=group,
+                workloads=workloads,
+                uses=None if group else attr.usage(snap),
             )
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)

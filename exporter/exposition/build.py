@@ -150,6 +150,7 @@ class Builder:
         holders: Mapping[str, Holder] | None = None,
         splits: Iterable[Split] = (),
         sharers: Mapping[str, Sequence[Holder]] | None = None,
+        *,
         again: bool = False,
         workloads: jobs.Workloads | None = None,
         uses: Mapping[str, DeviceUse] | None = None,
