@@ -26,7 +26,7 @@ def _row(*cells: object) -> str:
 
 
 def _verdict(ok: bool | None) -> str:
-    return "pending" if ok is None else ("**met**" if ok else "**missed**")
+    return "reported" if ok is None else ("**met**" if ok else "**missed**")
 
 
 def _scrape(rows: list[dict[str, Any]], n: int, gz: bool) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from exporter.exposition import text
 from exporter.nvml.devices import Device
 from exporter.ratelimit import RateLimited
 
@@ -57,9 +58,9 @@ class Holding:
 
 
 def container_name(raw: str) -> str:
-    """Docker's name without its leading ``/``, control characters as ``_``, at most
-    MAX_NAME_BYTES bytes of UTF-8."""
-    name = _CONTROL.sub("_", raw.lstrip("/"))
+    """Docker's name without its leading ``/``, control characters as ``_``, code points
+    UTF-8 cannot carry as U+FFFD, at most MAX_NAME_BYTES bytes of UTF-8."""
+    name = text.valid(_CONTROL.sub("_", raw.lstrip("/")))
     data = name.encode()[:MAX_NAME_BYTES]
     return data.decode("utf-8", "ignore")
 

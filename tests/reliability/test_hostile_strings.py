@@ -8,7 +8,8 @@ API server serves them in pod label values and names, UIDs, pod names and namesp
 namespace and container names; a reloaded metrics file carries them in a help text. What a
 user checks: /health and /ready answer 200, collection goes on, each such code point is
 exported as U+FFFD, the exposition parses, and the log says so once, not once per cycle.
-(HPC job files, --hpc-job-mapping-dir, are accepted and not read: nothing to send there.)
+HPC job files and container names from a runtime socket carry them in tests/unit/
+(test_hpcjobs.py, test_containers.py): --container-labels is ignored under -k.
 """
 
 from __future__ import annotations

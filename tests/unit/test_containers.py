@@ -223,3 +223,23 @@ async def test_series_copied_per_container_and_kept_without(stub):
     assert [x.labels.get("container") for x in find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="2")] == [
         None
     ]
+
+
+async def test_a_container_name_utf8_cannot_carry_is_exported_as_u_fffd(stub):
+    """A runtime that answers ``"Name": "/tr\\ud800in"`` (JSON's escape of a lone
+    surrogate, which no UTF-8 can carry): the copies carry U+FFFD in its place."""
+    s, path = stub
+    s.running = {"c1": inspect("/tr\ud800in", [{"Driver": "nvidia", "DeviceIDs": ["0"]}])}
+    sim.install(None, latency=False)
+    col = Collector(CATALOG, "node-a")
+    poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(container_socket=path))
+    try:
+        await poller.cycle()
+        text = poller.builder.dcgm_text
+    finally:
+        await poller.runtime.close()  # type: ignore[union-attr]
+        col.close(0.5)
+        poller.close()
+        sim.uninstall()
+    gpu0 = find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="0")
+    assert sorted(str(x.labels.get("container")) for x in gpu0) == ["None", "tr\ufffdin"]

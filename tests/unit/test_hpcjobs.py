@@ -68,6 +68,15 @@ def node(tmp_path):
         sim.uninstall()
 
 
+def test_job_ids_utf8_cannot_carry_are_exported_as_u_fffd(node):
+    """Bytes no UTF-8 decoder accepts (a surrogate as CESU-8 writes it, a stray
+    continuation byte): each becomes U+FFFD in hpc_job; the cycle and its text go on."""
+    jobs, cycle = node
+    (jobs / "0").write_bytes(b"j\xed\xa0\x80b\nk\x80\n")
+    got = {s.labels["hpc_job"] for s in find(cycle(), "DCGM_FI_DEV_GPU_TEMP", gpu="0")}
+    assert got == {"j\ufffd\ufffd\ufffdb", "k\ufffd"}
+
+
 def test_series_copied_per_job_while_the_directory_changes(node):
     jobs, cycle = node
     plain = cycle()
