@@ -196,23 +196,28 @@ async def test_the_last_answer_stays_when_the_runtime_fails(stub, trouble, monke
         await rt.close()
 
 
+async def _one_cycle(socket: str) -> str:
+    """The DCGM text of one cycle of the simulated default node with --container-labels."""
+    sim.install(None, latency=False)
+    col = Collector(CATALOG, "node-a")
+    poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(container_socket=socket))
+    try:
+        await poller.cycle()
+        return poller.builder.dcgm_text
+    finally:
+        await poller.runtime.close()  # type: ignore[union-attr]
+        col.close(0.5)
+        poller.close()
+        sim.uninstall()
+
+
 async def test_series_copied_per_container_and_kept_without(stub):
     s, path = stub
     s.running = {
         "c1": inspect("/train", [{"Driver": "nvidia", "DeviceIDs": ["0"]}]),
         "c2": inspect("/eval", None, ["NVIDIA_VISIBLE_DEVICES=0,1"]),
     }
-    sim.install(None, latency=False)
-    col = Collector(CATALOG, "node-a")
-    poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(container_socket=path))
-    try:
-        await poller.cycle()
-        text = poller.builder.dcgm_text
-    finally:
-        await poller.runtime.close()  # type: ignore[union-attr]
-        col.close(0.5)
-        poller.close()
-        sim.uninstall()
+    text = await _one_cycle(path)
     gpu0 = find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="0")
     assert sorted(str(x.labels.get("container")) for x in gpu0) == ["None", "eval", "train"]
     assert len({x.value for x in gpu0}) == 1
@@ -230,16 +235,6 @@ async def test_a_container_name_utf8_cannot_carry_is_exported_as_u_fffd(stub):
     surrogate, which no UTF-8 can carry): the copies carry U+FFFD in its place."""
     s, path = stub
     s.running = {"c1": inspect("/tr\ud800in", [{"Driver": "nvidia", "DeviceIDs": ["0"]}])}
-    sim.install(None, latency=False)
-    col = Collector(CATALOG, "node-a")
-    poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(container_socket=path))
-    try:
-        await poller.cycle()
-        text = poller.builder.dcgm_text
-    finally:
-        await poller.runtime.close()  # type: ignore[union-attr]
-        col.close(0.5)
-        poller.close()
-        sim.uninstall()
+    text = await _one_cycle(path)
     gpu0 = find(text, "DCGM_FI_DEV_POWER_USAGE", gpu="0")
     assert sorted(str(x.labels.get("container")) for x in gpu0) == ["None", "tr\ufffdin"]
