@@ -240,6 +240,9 @@ class Collector:
             collectors=tuple(results),
             problems=tuple(problems),
         )
+        for i, got in enumerate(self._group_values):
+            if not got:  # not read since the collections were set: the first exposition
+                snap = self.collect_group(i) or snap  # has every field, as DCGM's does
         return snap
 
     def collect_group(self, i: int) -> Snapshot | None:

@@ -121,7 +121,10 @@ class Poller:
         is unusable."""
         loop = asyncio.get_running_loop()
         groups = self.collector.groups
-        due = [loop.time()] * (1 + len(groups))  # the cycle first, then each group once
+        # a cycle reads every collection not read yet (the first cycle's and a reload's),
+        # so each is due again an interval of its own later
+        now = loop.time()
+        due = [now, *(now + g.interval_s for g in groups)]
         while True:
             i = min(range(len(due)), key=due.__getitem__)
             await asyncio.sleep(max(0.0, due[i] - loop.time()))
@@ -141,7 +144,7 @@ class Poller:
                 due[i] = now + every
             if self.collector.groups is not groups:  # a reload changed them
                 groups = self.collector.groups
-                due = [due[0]] + [now] * len(groups)
+                due = [due[0], *(now + g.interval_s for g in groups)]
 
     async def read_group(self, i: int) -> None:
         """Read group ``i`` and publish, unless the worker is still busy (then skipped)."""

@@ -57,6 +57,25 @@ async def test_a_faster_collection_reads_its_fields_at_its_own_interval(driver):
     assert len(find(text, "DCGM_FI_DEV_GPU_TEMP")) == len(find(text, "DCGM_FI_DEV_SM_CLOCK")) > 0
 
 
+async def test_the_first_exposition_has_the_fields_of_every_collection(driver):
+    """A collection read every 5 minutes is in the first cycle's exposition, as a field
+    DCGM watches is in dcgm-exporter's first scrape; the cycles after leave it to its
+    own interval."""
+    slow = Collection("slow", 300.0, ("DCGM_FI_DEV_GPU_TEMP",))
+    col = Collector(CATALOG, "n", groups=resolve(CATALOG, (slow,)))
+    poller = Poller(CATALOG, col, interval_s=1.0, timeout_s=0.9)
+    calls = instrument(driver).calls
+    try:
+        await poller.cycle()
+        first = poller.builder.dcgm_text
+        await poller.cycle()
+    finally:
+        col.close(0.5)
+        poller.close()
+    assert len(find(first, "DCGM_FI_DEV_GPU_TEMP")) == len(find(first, "DCGM_FI_DEV_SM_CLOCK")) > 0
+    assert calls["nvmlDeviceGetTemperatureV"] == 8  # once per GPU, by the first cycle only
+
+
 async def test_without_collections_every_field_is_read_each_cycle(driver):
     col = Collector(CATALOG, "n")
     poller = Poller(CATALOG, col, interval_s=0.5, timeout_s=0.4)
