@@ -184,6 +184,17 @@ def test_nothing_privileged(target):
             assert component is None or _has(name, component), (name, path)
 
 
+def test_the_xid_privileges_come_together(target):
+    """privileged-xids gives the container what NVIDIA's container toolkit needs to expose
+    the mig/monitor capability (NVIDIA_MIG_MONITOR_DEVICES=all: MIG-instance XIDs) and
+    the kernel log the exporter then insists on reading; no other install asks for them."""
+    name, objs = target
+    env = _env(_container(objs))
+    wanted = _has(name, "privileged-xids")
+    assert (env.get("NVIDIA_MIG_MONITOR_DEVICES") == "all") is wanted, name
+    assert (env.get("GPU_EXPORTER_KERNEL_LOG") == "/dev/kmsg") is wanted, name
+
+
 def test_requests_and_limits_set(target):
     _, objs = target
     res = _container(objs)["resources"]
