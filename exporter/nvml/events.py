@@ -30,6 +30,7 @@ import pynvml as N
 from exporter.nvml.devices import Device
 from exporter.nvml.kmsg import KERNEL_XIDS, BusKey, KernelLog, bus_key
 from exporter.nvml.session import DeviceLost, NvmlProblem, Session, Unavailable
+from exporter.ratelimit import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ MAX_DRAIN = 4096
 """Events still in a set when its thread stops that are taken off and counted, at most."""
 LOG_EVERY_S = 60.0
 """An XID repeating on a device is logged at most once per this many seconds."""
+LOG_LINES_PER_MINUTE = 10
+"""XID lines a minute in all, whatever the number of devices and codes; one line then
+says how many were held back (each is logged with its count once its turn comes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,7 @@ class XidWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._logged: dict[Key, tuple[float, int]] = {}
+        self._lines = RateLimitedLog(log, LOG_LINES_PER_MINUTE)
         self.healthy = True
 
     def watch(self, gpus: Sequence[Device]) -> None:
@@ -273,7 +278,8 @@ class XidWatcher:
         self._log(key, total)
 
     def _log(self, key: Key, total: int) -> None:
-        """Log an XID, at most once per LOG_EVERY_S per (GPU, instance, XID).
+        """Log an XID, at most once per LOG_EVERY_S per (GPU, instance, XID) and
+        LOG_LINES_PER_MINUTE XID lines a minute in all.
 
         During a storm (thousands a second) every event is still counted; the
         log says how many arrived since its previous line instead of repeating.
@@ -282,15 +288,18 @@ class XidWatcher:
         at, logged_total = self._logged.get(key, (-LOG_EVERY_S, 0))
         if now - at < LOG_EVERY_S:
             return
-        self._logged[key] = (now, total)
         uuid, gi, ci, xid = key
         where = "" if gi is None else f" GPU instance {gi}"
         where += "" if ci is None else f" compute instance {ci}"
         more = total - logged_total - 1
         if more > 0:
-            log.warning("XID %d on %s%s (%d more since the last report)", xid, uuid, where, more)
+            said = self._lines.warning(
+                "XID %d on %s%s (%d more since the last report)", xid, uuid, where, more
+            )
         else:
-            log.warning("XID %d on %s%s", xid, uuid, where)
+            said = self._lines.warning("XID %d on %s%s", xid, uuid, where)
+        if said:  # else this key's next line, in a later minute, carries the count
+            self._logged[key] = (now, total)
 
     def state(self) -> XidState:
         with self._lock:
