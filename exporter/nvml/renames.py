@@ -58,14 +58,10 @@ class Rename:
 
 
 def _ratio(text: str, where: str) -> tuple[int, int]:
-    """``"1048576"``, ``"0.001"`` or ``"1/1000"`` as a reduced (numerator, denominator)."""
+    """A decimal such as ``"1048576"`` or ``"0.001"`` as a reduced (numerator, denominator)."""
+    whole, _, decimals = text.partition(".")
     try:
-        if "/" in text:
-            n_text, d_text = text.split("/")
-            num, den = int(n_text), int(d_text)
-        else:
-            whole, _, decimals = text.partition(".")
-            num, den = int(whole + decimals), 10 ** len(decimals)
+        num, den = int(whole + decimals), 10 ** len(decimals)
     except ValueError:
         raise ValueError(f"{where}: factor {text!r} is not a number") from None
     if num <= 0 or den <= 0:

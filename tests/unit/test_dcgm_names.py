@@ -30,9 +30,23 @@ def test_every_rename_is_served_under_both_names_in_its_units() -> None:
             assert (old.unit, new.unit) == (r.old_unit, r.unit), r.new
 
 
-def test_the_table_refuses_a_malformed_row() -> None:
-    with pytest.raises(ValueError, match=r"t\.csv:3"):
-        parse_table("old, new, u, u, factor, status\n\nA, B, C, C, 1, maybe\n", "t.csv")
+@pytest.mark.parametrize(
+    ("factor", "status", "why"),
+    [("1", "maybe", "status"), ("1e3", "confirmed", "not a number"),
+     ("0.000", "confirmed", "above 0"), ("-2", "confirmed", "above 0")],
+)  # fmt: skip
+def test_the_table_refuses_a_malformed_row(factor: str, status: str, why: str) -> None:
+    with pytest.raises(ValueError, match=rf"t\.csv:3.*{why}"):
+        parse_table(f"old, new, u, u, factor, status\n\nA, B, C, C, {factor}, {status}\n", "t.csv")
+
+
+def test_factors_are_kept_exactly() -> None:
+    head = "old, new, u, u, factor, status\n"
+    kib, ms = parse_table(
+        head + "A, B, KiB, B, 1024.000, confirmed\nC, D, ms, s, 0.001, confirmed\n"
+    )
+    assert (kib.num, kib.den, kib.scale) == (1024, 1, 1024.0)
+    assert (ms.factor, ms.scale) == (Fraction(1, 1000), 0.001)
 
 
 def test_new_names_read_the_old_readings_times_the_factor() -> None:
