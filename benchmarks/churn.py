@@ -40,8 +40,9 @@ from benchmarks.load import fetch
 from benchmarks.procs import Process, free_port, rss_mib
 from exporter import sim
 from exporter.app import POLLER, build
-from exporter.catalog import load
-from exporter.cli import build_parser, config_from
+from exporter.catalog.metricsfile import load
+from exporter.cli import build_parser
+from exporter.config.resolve import config_from
 
 EPOCH = 1.8e9
 

@@ -24,9 +24,9 @@ from typing import Any
 from benchmarks.accounting import measure as measure_batches
 from benchmarks.procs import rss_mib
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.poller import Poller
 
 EPOCH = 1.8e9  # unix time the collector's clock starts at (any fixed value)

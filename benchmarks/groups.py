@@ -25,11 +25,11 @@ from typing import Any
 
 from benchmarks.accounting import instrument
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.groups import resolve
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import Collection, default_metrics_file
+from exporter.config.model import Collection, default_metrics_file
 from exporter.poller import Poller
-from exporter.watchgroups import resolve
 
 FIELDS = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
 

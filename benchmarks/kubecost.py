@@ -100,9 +100,9 @@ def measure_process(
 def _devices(fleet: Path) -> tuple[list[Any], list[Any]]:
     """(GPUs, MIG instances) of one collection on the simulated fleet."""
     from exporter import sim
-    from exporter.catalog import load
+    from exporter.catalog.metricsfile import load
     from exporter.collector import Collector
-    from exporter.config import default_metrics_file
+    from exporter.config.model import default_metrics_file
 
     sim.install(fleet)
     col = Collector(load(default_metrics_file()), "bench-node")
@@ -117,8 +117,8 @@ def _devices(fleet: Path) -> tuple[list[Any], list[Any]]:
 async def _calls(sock: Path, fleet: Path, n: int, npods: int) -> dict[str, float]:
     """CPU per ``Mapper.refresh`` (the kubelet's List and the map, reused while the
     answer is unchanged), as the poller calls it once per cycle."""
-    from exporter.kube.mapper import Mapper
-    from exporter.kube.podresources import PodResourcesClient
+    from exporter.workloads.kubelet.podresources import PodResourcesClient
+    from exporter.workloads.mapper import Mapper
 
     gpus, instances = _devices(fleet)
     mapper = Mapper(PodResourcesClient(str(sock)))
@@ -151,9 +151,9 @@ def _decode_map_us(fleet: Path, gpus: list[Any], instances: list[Any], npods: in
     """CPU (us, this thread, best of 5 rounds) to decode a List answer of ``npods`` pods
     (bounded, then protobuf) and build the map from it."""
     from benchmarks.kubelet import response
-    from exporter.kube import ids
-    from exporter.kube.mapper import Mapper
-    from exporter.kube.podresources import parse
+    from exporter.workloads import ids
+    from exporter.workloads.kubelet.podresources import parse
+    from exporter.workloads.mapper import Mapper
 
     raw = response(pods.assignments(pods.device_ids(fleet), npods)).SerializeToString()
     mapper, resolver = Mapper(client=None), ids.Resolver(gpus, instances)

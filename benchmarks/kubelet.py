@@ -21,8 +21,8 @@ from typing import Any
 
 import grpc
 
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.generated import podresources_pb2_grpc as pb_grpc
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.generated import podresources_pb2_grpc as pb_grpc
 
 
 def response(data: dict[str, Any]) -> pb.ListPodResourcesResponse:

@@ -13,7 +13,7 @@ With ``--replace N`` one pod is replaced by a new one every N cycles, so that en
 holders accumulate for the retention (all of them, in a run this short).
 
 ``processes``: the modelled driver cost of the process lists a cycle reads (latency
-model on), with the accounting policy (kube/usage.py: shared devices, devices no one
+model on), with the accounting policy (workloads/usage.py: shared devices, devices no one
 holds that have memory in use), with it when host PIDs can be joined to pods (also
 ``HELD_PER_CYCLE`` held devices a cycle, in turn) and, for comparison, on every device.
 
@@ -37,12 +37,12 @@ from typing import Any
 
 from benchmarks.procs import rss_mib
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.kube.mapper import Owner, PodMap
-from exporter.kube.usage import Usage, device_uses, wants_processes
+from exporter.config.model import default_metrics_file
 from exporter.poller import Poller
+from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.usage import Usage, device_uses, wants_processes
 
 EPOCH = 1.8e9
 BATCH = 10

@@ -51,9 +51,9 @@ def py_spy() -> str:
 def loop(fleet: str, seconds: float) -> None:
     """The profiled child: collection cycles back to back for `seconds`."""
     from exporter import sim
-    from exporter.catalog import load
+    from exporter.catalog.metricsfile import load
     from exporter.collector import Collector
-    from exporter.config import default_metrics_file
+    from exporter.config.model import default_metrics_file
     from exporter.poller import Poller
 
     clock = sim.ManualClock()

@@ -29,13 +29,13 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter import sim
-from exporter.catalog import Catalog, load
+from exporter.catalog.metricsfile import Catalog, load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.kube.attribution import Holder
-from exporter.kube.mapper import Owner
+from exporter.config.model import default_metrics_file
 from exporter.poller import Poller
 from exporter.snapshot import Snapshot
+from exporter.workloads.attribution import Holder
+from exporter.workloads.mapper import Owner
 
 EPOCH = 1.8e9
 SNAPSHOTS = 12

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.kube.attribution import KubeStatus
 from exporter.sim.clock import ManualClock
 from exporter.snapshot import CollectorResult
+from exporter.workloads.attribution import KubeStatus
 
 BATCHES, PER_BATCH = 10, 100
 

@@ -19,15 +19,16 @@ from functools import partial
 
 from aiohttp import web
 
-from exporter import checks, signals
-from exporter.catalog import Catalog, CatalogError, load
+from exporter.catalog.groups import GroupError, resolve
+from exporter.catalog.metricsfile import Catalog, CatalogError, load
 from exporter.collector import Collector
-from exporter.config import DEFAULT_KERNEL_LOG, Collection, Config
-from exporter.files import ConfigFileError, read_config_file
+from exporter.config import validate
+from exporter.config.files import ConfigFileError, read_config_file
+from exporter.config.model import DEFAULT_KERNEL_LOG, Collection, Config
 from exporter.http import eviction, server
 from exporter.http.routes import Source, anyone, routes
 from exporter.poller import Poller
-from exporter.watchgroups import GroupError, resolve
+from exporter.runtime import signals
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
     app = web.Application(handler_args=server.handler_args(cfg))
     attribution = None
     if cfg.kube is not None:
-        from exporter.kube.attribution import Attribution  # loads hpack: only with -k
+        from exporter.workloads.attribution import Attribution  # loads hpack: only with -k
 
         attribution = Attribution(cfg.kube)
     collector = Collector(
@@ -135,7 +136,7 @@ def _load_metrics(
         raise ValueError(str(e)) from None
     for s in catalog.skipped:
         log.debug("%s (%s:%d) not served: %s", s.name, catalog.path, s.line, s.reason)
-    if (line := checks.duplicates_line(catalog)) is not None:
+    if (line := validate.duplicates_line(catalog)) is not None:
         log.warning("%s", line)
     log.info(
         "metrics file %s reloaded: %d metrics, %d label fields, %d rows not served "

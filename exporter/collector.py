@@ -8,7 +8,7 @@ unusable as a whole (no driver, a library of another version than the kernel
 module) raises :class:`DriverGone` out of the cycle: pynvml loads its library once
 per process, so only a new process can use a new driver (the poller ends it).
 
-Fields of a collection with its own interval (exporter/watchgroups.py) have
+Fields of a collection with its own interval (exporter/catalog/groups.py) have
 readers of their own: :meth:`Collector.collect_group` reads only them, on the
 devices of the last cycle, and every snapshot carries each group's latest values.
 """
@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from exporter.accounting.plan import ALWAYS_READ
-from exporter.catalog import Catalog
+from exporter.catalog.groups import Group, default_fields
+from exporter.catalog.metricsfile import Catalog
+from exporter.derive.accounting.plan import ALWAYS_READ
 from exporter.nvml.devices import Device, Enumerator, Inventory
-from exporter.nvml.events import XidState, XidWatcher
 from exporter.nvml.fabric import FabricReader
 from exporter.nvml.fields import FIELDS, Field, Scope, Source, with_inputs
 from exporter.nvml.gpm import GpmReader
@@ -33,8 +33,8 @@ from exporter.nvml.prime import prime_new_devices
 from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
 from exporter.nvml.session import DeviceLost, DriverGone, NvmlProblem, Session
+from exporter.nvml.xid.events import XidState, XidWatcher
 from exporter.snapshot import CollectorResult, Snapshot, Value
-from exporter.watchgroups import Group, default_fields
 
 log = logging.getLogger(__name__)
 

@@ -27,21 +27,21 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from exporter.catalog import Catalog
+from exporter.catalog.groups import resolve
+from exporter.catalog.metricsfile import Catalog
 from exporter.collector import Collector
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.heap import Trimmer, limit_arenas
 from exporter.nvml.session import DriverGone
-from exporter.ratelimit import RateLimited
+from exporter.runtime.heap import Trimmer, limit_arenas
+from exporter.runtime.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
-from exporter.watchgroups import resolve
 
 if TYPE_CHECKING:
-    from exporter.containers import Runtime
     from exporter.exposition import jobs
-    from exporter.hpcjobs import JobFiles
-    from exporter.kube.attribution import Attribution
+    from exporter.workloads.attribution import Attribution
+    from exporter.workloads.containers import Runtime
+    from exporter.workloads.hpcjobs import JobFiles
 
 log = logging.getLogger(__name__)
 
@@ -92,12 +92,12 @@ class Poller:
         job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
         self.job_files: JobFiles | None = None
         if job_dir:  # the job files' reader and the container client: only when asked for
-            from exporter.hpcjobs import JobFiles
+            from exporter.workloads.hpcjobs import JobFiles
 
             self.job_files = JobFiles(job_dir)
         self.runtime: Runtime | None = None
         if socket:
-            from exporter.containers import Runtime
+            from exporter.workloads.containers import Runtime
 
             self.runtime = Runtime(socket, interval_s)
         self._workloads: jobs.Workloads | None = None
@@ -327,7 +327,7 @@ class Poller:
         job_map = self.job_files.read() if self.job_files is not None else {}
         held = {}
         if self.runtime is not None:
-            from exporter.containers import by_device
+            from exporter.workloads.containers import by_device
 
             held = by_device(self.runtime.held, snap.gpus + snap.entities)
         from exporter.exposition.jobs import Workloads

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from exporter.nvml.devices import Device
-from exporter.nvml.events import XidState
 from exporter.nvml.p2p import P2PSeries
 from exporter.nvml.processes import ProcUse
+from exporter.nvml.xid.events import XidState
 
 Value = int | float
 

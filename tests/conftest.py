@@ -53,7 +53,7 @@ def _short_event_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     Closing a collector joins its XID event thread, which returns within one wait:
     this keeps each close near 0.05 s. Exporters started as processes are unchanged.
     """
-    from exporter.nvml import events
+    from exporter.nvml.xid import events
 
     monkeypatch.setattr(events, "WAIT_MS", 50)
 

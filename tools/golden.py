@@ -43,7 +43,7 @@ def _kubelet(socket: Path, ids: list[str]):
 
     from benchmarks.kubelet import _Lister
     from benchmarks.pods import assignments
-    from exporter.kube.generated import podresources_pb2_grpc as pb_grpc
+    from exporter.workloads.kubelet.generated import podresources_pb2_grpc as pb_grpc
 
     pods = socket.with_suffix(".json")
     pods.write_text(json.dumps(assignments(ids, len(ids))))
@@ -65,7 +65,8 @@ def capture_one(fleet: Path, release: str, kube: bool, tmp: Path) -> bytes:
     """The last of six expositions of ``fleet`` under ``release``, with or without -k."""
     from benchmarks.pods import device_ids_of
     from exporter import app, cli, sim
-    from exporter.catalog import load
+    from exporter.catalog.metricsfile import load
+    from exporter.config.resolve import config_from
 
     clock = sim.ManualClock()
     driver = sim.install(fleet, clock=clock, latency=False)
@@ -76,7 +77,7 @@ def capture_one(fleet: Path, release: str, kube: bool, tmp: Path) -> bytes:
             socket = tmp / f"{fleet.stem}-{release}.sock"
             server = _kubelet(socket, device_ids_of(driver))
             argv += ["-k", "--pod-resources-kubelet-socket", str(socket)]
-        cfg = cli.config_from(cli.build_parser().parse_args(argv), {"NODE_NAME": "node-a"})
+        cfg = config_from(cli.build_parser().parse_args(argv), {"NODE_NAME": "node-a"})
         catalog = load(cfg.metrics_file, cfg.old_names)
         application = app.build(cfg, catalog)
         poller = application[app.POLLER]

@@ -17,7 +17,7 @@ from typing import Any
 import pynvml as N
 
 from benchmarks.device.calls import Recorder, handle_key
-from exporter.catalog import Catalog, parse
+from exporter.catalog.metricsfile import Catalog, parse
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import FIELDS, Field, Scope, Source
 from exporter.nvml.session import code_name

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from exporter.accounting.claims import DeviceUse
-from exporter.accounting.ledger import GpuAccount, HolderAccount, Ledger
+from exporter.derive.accounting.claims import DeviceUse
+from exporter.derive.accounting.ledger import GpuAccount, HolderAccount, Ledger
 from exporter.exposition import text
 from exporter.nvml.devices import Device
 

@@ -15,26 +15,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from exporter.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
-from exporter.catalog import Catalog
+from exporter.catalog.metricsfile import Catalog
+from exporter.derive import windows
+from exporter.derive.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
+from exporter.derive.clocktotals import ClockEventTotals
+from exporter.derive.health import HealthTracker
+from exporter.derive.xids import XidCounter
 from exporter.exposition import accounting, dcgm, pods, text, virtual
 from exporter.exposition.dcgm import Derived
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
-from exporter.exposition.xid import XidCounter
-from exporter.nvml import windows
-from exporter.nvml.clocktotals import ClockEventTotals
 from exporter.nvml.devices import Device
-from exporter.nvml.health import HealthTracker
 from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from exporter.accounting.claims import DeviceUse
+    from exporter.derive.accounting.claims import DeviceUse
     from exporter.exposition import jobs
-    from exporter.kube.attribution import Holder
-    from exporter.kube.sharing import Split
+    from exporter.workloads.attribution import Holder
+    from exporter.workloads.sharing import Split
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from exporter.catalog import MetricSpec
+from exporter.catalog.metricsfile import MetricSpec
 from exporter.exposition import text
 from exporter.snapshot import Value
 

@@ -14,20 +14,20 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.catalog import Catalog, MetricSpec
-from exporter.cpushare import offer
+from exporter.catalog.metricsfile import Catalog, MetricSpec
+from exporter.catalog.renames import by_new
+from exporter.derive import healthcodes
+from exporter.derive.clocktotals import Totals
+from exporter.derive.health import HealthSeries
+from exporter.derive.windows import WindowCounts
+from exporter.derive.xidcatalog import describe
+from exporter.derive.xids import XidSeries
 from exporter.exposition import columns, text
 from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
-from exporter.exposition.xid import XidSeries
-from exporter.nvml import healthcodes
-from exporter.nvml.clocktotals import Totals
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
-from exporter.nvml.health import HealthSeries
-from exporter.nvml.renames import by_new
-from exporter.nvml.windows import WindowCounts
-from exporter.nvml.xidcatalog import describe
+from exporter.runtime.cpushare import offer
 from exporter.snapshot import Snapshot
 
 Row = tuple[str, str]  # a series' label text, and the device key its value is read under

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from exporter.exposition import text
 
 if TYPE_CHECKING:
-    from exporter.kube.attribution import Holder
-    from exporter.kube.mapper import Owner
-    from exporter.kube.sharing import Split
+    from exporter.workloads.attribution import Holder
+    from exporter.workloads.mapper import Owner
+    from exporter.workloads.sharing import Split
 
 CACHE_MAX = 4096  # holders whose label text is kept; past it the cache starts over
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from exporter import __version__
-from exporter.catalog import Skipped
+from exporter.catalog.metricsfile import Skipped
 from exporter.exposition import text
 from exporter.exposition.families import Family, Registry, counter
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
 
 if TYPE_CHECKING:
-    from exporter.kube.attribution import KubeStatus
+    from exporter.workloads.attribution import KubeStatus
 
 PREFIX = "gpu_exporter"
 

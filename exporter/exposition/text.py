@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Iterable
 
-from exporter.ratelimit import RateLimited
+from exporter.runtime.ratelimit import RateLimited
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REPLACEMENT = "\ufffd"

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from exporter.nvml.devices import Device
 
 if TYPE_CHECKING:
-    from exporter.kube.attribution import Holder
-    from exporter.kube.sharing import Split
+    from exporter.workloads.attribution import Holder
+    from exporter.workloads.sharing import Split
 
 # DCGM field -> the Split attribute holding its per-container part
 PER_PROCESS = {"DCGM_FI_DEV_GPU_UTIL": "sm", "DCGM_FI_DEV_FB_USED": "fb"}

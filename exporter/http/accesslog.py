@@ -11,7 +11,7 @@ import logging
 
 from aiohttp.http_exceptions import HttpProcessingError
 
-from exporter.ratelimit import RateLimited
+from exporter.runtime.ratelimit import RateLimited
 
 
 class BadRequestLog(logging.Filter):

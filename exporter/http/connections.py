@@ -35,7 +35,7 @@ from aiohttp import web
 from exporter.http import eviction
 from exporter.http.headers import HeaderBudget
 from exporter.http.tlsstart import start_tls
-from exporter.ratelimit import RateLimited
+from exporter.runtime.ratelimit import RateLimited
 
 log = logging.getLogger(__name__)
 

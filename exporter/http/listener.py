@@ -21,7 +21,7 @@ import resource
 import socket
 from collections.abc import Callable
 
-from exporter.ratelimit import RateLimited
+from exporter.runtime.ratelimit import RateLimited
 
 log = logging.getLogger(__name__)
 

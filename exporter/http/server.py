@@ -12,11 +12,11 @@ from typing import Any
 
 from aiohttp import web
 
-from exporter import signals
-from exporter.config import Config
+from exporter.config.model import Config
 from exporter.http import listener
 from exporter.http.accesslog import HTTP_LOG
 from exporter.http.connections import ConnectionLimit, Limits
+from exporter.runtime import signals
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pynvml as N
 
-from exporter.nvml.renames import renamed, renames
+from exporter.catalog.renames import renamed, renames
 
 MIB = 1024 * 1024
 ALL_LINKS = 0xFFFFFFFF  # NVML scopeId meaning "summed over every NVLink"
@@ -377,7 +377,7 @@ _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
 
 
-# --- DCGM 4.7 names (exporter/dcgm-names.csv): served beside the old ones, whichever
+# --- DCGM 4.7 names (exporter/catalog/dcgm-names.csv): served beside the old ones, whichever
 # a metrics file lists; fields defined above under their new name (bytes) are kept ---
 for _r in renames():
     if _r.new not in FIELDS:

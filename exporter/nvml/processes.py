@@ -5,7 +5,7 @@ processes and the clients of an MPS server, which NVML lists apart. On MIG
 instances NVML gives no per-process memory (NVML_VALUE_NOT_AVAILABLE): their
 processes are listed without it. SM utilization comes from NVML's per-process
 samples since the previous cycle (whole GPUs only: NVML has none for MIG
-instances). PIDs are host PIDs; kube/cgroups.py joins them to containers after the cycle.
+instances). PIDs are host PIDs; workloads/cgroups.py joins them to containers after the cycle.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from typing import Any
 
 import pynvml as N
 
-from exporter.cpushare import offer
 from exporter.nvml.fields import Call
+from exporter.runtime.cpushare import offer
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.accounting.claims import Claim, DeviceUse
-from exporter.accounting.ledger import Ledger
+from exporter.derive.accounting.claims import Claim, DeviceUse
+from exporter.derive.accounting.ledger import Ledger
 from exporter.exposition.accounting import families
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot

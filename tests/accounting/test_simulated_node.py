@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import KubeConfig, default_metrics_file
+from exporter.config.model import KubeConfig, default_metrics_file
 from exporter.poller import Poller
 from exporter.sim.fleet import FLEETS_DIR
 from tests.exposition import Sample, samples
@@ -96,7 +96,7 @@ async def _cycles(driver, clock, kubelet, collector, attribution, poller) -> Run
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    from exporter.kube.attribution import Attribution
+    from exporter.workloads.attribution import Attribution
 
     work = tmp_path_factory.mktemp("accounting")
     clock = sim.ManualClock()

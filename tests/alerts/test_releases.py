@@ -3,7 +3,7 @@ again, with its input series as that release of dcgm-exporter serves them.
 
 4.8.2 is the tests as written (dcgm-exporter 4.8 names and units, the ``Hostname`` label);
 4.8.4 serves ``hostname``; 4.9 serves ``hostname`` and the DCGM 4.7 name of each renamed
-field, its values in the new unit (exporter/dcgm-names.csv: new = old x factor). The
+field, its values in the new unit (exporter/catalog/dcgm-names.csv: new = old x factor). The
 expected alerts and recorded values are the same under every release, with the node label
 under its release's name.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.nvml.renames import by_old
+from exporter.catalog.renames import by_old
 from tests.alerts.conftest import promtool_failures
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """alerts/migration/: each file publishes every renamed field under the other generation's
 name, in that name's unit, with the driver-version label under both names; promtool
-evaluates them on one series per field (values from exporter/dcgm-names.csv's factors)."""
+evaluates them on one series per field (values from exporter/catalog/dcgm-names.csv's factors)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.nvml.renames import renames
+from exporter.catalog.renames import renames
 
 REPO = Path(__file__).resolve().parents[2]
 MIGRATION = REPO / "alerts" / "migration"

@@ -24,17 +24,17 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import sim
-from exporter.accounting.claims import DeviceUse
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
+from exporter.catalog.renames import renames
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
+from exporter.derive.accounting.claims import DeviceUse
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.kube.attribution import KubeStatus
-from exporter.kube.mapper import Owner
-from exporter.kube.sharing import Split
-from exporter.nvml.renames import renames
 from exporter.sim import Fault, ManualClock
+from exporter.workloads.attribution import KubeStatus
+from exporter.workloads.mapper import Owner
+from exporter.workloads.sharing import Split
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"

@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.nvml.renames import renames
+from exporter.catalog.renames import renames
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, Prometheus, http_get, require, wait_until

@@ -17,7 +17,7 @@ from aiohttp import web
 from kubernetes_validate import utils as kv_utils
 
 from exporter import __version__
-from exporter.config import DEFAULT_ADDRESS, parse_address
+from exporter.config.model import DEFAULT_ADDRESS, parse_address
 from exporter.http.routes import routes
 from tests.deploy.conftest import COMPONENTS, DEPLOY, EXCLUSIVE, MOVED_NAMESPACE, TARGETS
 from tests.procs import ROOT
@@ -338,10 +338,11 @@ def test_pod_resources_socket_is_mounted_where_the_exporter_looks(target):
 
 def test_environment_variables_are_the_exporters(target):
     _, objs = target
-    from exporter.flags import DCGM_FLAGS
+    from exporter.config.dcgmflags import DCGM_FLAGS
 
     # this exporter's own variables, read where its flags are resolved
-    cli = "".join((ROOT / "exporter" / f).read_text() for f in ("cli.py", "kubeflags.py"))
+    files = [ROOT / "exporter" / "cli.py", *sorted((ROOT / "exporter" / "config").glob("*.py"))]
+    cli = "".join(f.read_text() for f in files)
     dcgm = {f.env for f in DCGM_FLAGS}  # dcgm-exporter's, with its flags
     for name in _env(_container(objs)):
         if name.startswith(("DCGM_", "GPU_EXPORTER_")):

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from exporter.kube.apiclient import ApiClient
-from exporter.kube.apiserver import PodWatcher, Timing
-from exporter.kube.kubeconfig import ClusterConfig
+from exporter.workloads.apiserver.apiclient import ApiClient
+from exporter.workloads.apiserver.kubeconfig import ClusterConfig
+from exporter.workloads.apiserver.watch import PodWatcher, Timing
 from tests.kube.fakeapi import FakeAPIServer, load
 
 FAST = Timing(backoff_initial_s=0.05, backoff_max_s=0.2, watch_timeout_s=30, read_grace_s=5)

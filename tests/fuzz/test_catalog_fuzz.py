@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.catalog import TYPES, CatalogError, parse
+from exporter.catalog.metricsfile import TYPES, CatalogError, parse
+from exporter.catalog.unserved import UNSERVED
 from exporter.nvml.fields import FIELDS
-from exporter.nvml.unserved import UNSERVED
 from tests.fuzz.strategies import FAST, SPECIAL, TEXT
 
 NAMES = sorted(FIELDS) + sorted(UNSERVED)

@@ -9,9 +9,10 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.cli import build_parser, config_from
-from exporter.config import ConfigError
-from exporter.flags import DCGM_FLAGS
+from exporter.cli import build_parser
+from exporter.config.dcgmflags import DCGM_FLAGS
+from exporter.config.model import ConfigError
+from exporter.config.resolve import config_from
 from tests.fuzz.strategies import FAST, SPECIAL, TEXT
 
 OPTIONS = sorted(

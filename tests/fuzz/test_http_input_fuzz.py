@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from exporter.http.headers import HeaderBudget
 from exporter.http.routes import wants_gzip
-from exporter.kube.cgroups import ContainerRef, parse_cgroup
+from exporter.workloads.cgroups import ContainerRef, parse_cgroup
 from tests.fuzz.strategies import FAST, TEXT
 
 CODING = st.sampled_from(["gzip", "GZIP", "x-gzip", "deflate", "br", "identity", "*", "zstd"])

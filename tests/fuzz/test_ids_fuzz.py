@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.kube import ids
+from exporter.config.model import default_metrics_file
+from exporter.workloads import ids
 from tests.fuzz.strategies import FAST, TEXT
 
 UUIDS = st.uuids().map(str)

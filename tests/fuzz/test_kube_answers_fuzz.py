@@ -1,5 +1,5 @@
 """Kubelet List answers and API-server objects of any shape: mapped or indexed without an
-exception, and whatever is kept stays within the bounds of exporter/kube/limits.py."""
+exception, and whatever is kept stays within the bounds of exporter/workloads/limits.py."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.kube import limits
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.limits import Drops
-from exporter.kube.mapper import Mapper
-from exporter.kube.podindex import RESERVED_LABELS, LabelPolicy, PodIndex
-from exporter.kube.podresources import PodResourcesClient
-from exporter.kube.slices import SliceIndex
+from exporter.workloads import limits
+from exporter.workloads.apiserver.podindex import RESERVED_LABELS, LabelPolicy, PodIndex
+from exporter.workloads.apiserver.slices import SliceIndex
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import PodResourcesClient
+from exporter.workloads.limits import Drops
+from exporter.workloads.mapper import Mapper
 from tests.fuzz.strategies import FAST, SCALARS, TEXT, yaml_like
 from tests.fuzz.test_ids_fuzz import GPUS, MIGS, NEAR, RESOLVER
 

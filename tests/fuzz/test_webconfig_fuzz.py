@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.files import ConfigFileError, load_yaml
+from exporter.config.files import ConfigFileError, load_yaml
 from exporter.http import webconfig
 from tests.fuzz.strategies import FAST, TEXT, yaml_like
 

@@ -20,7 +20,7 @@ import grpc
 import yaml
 
 from exporter import sim
-from exporter.kube.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "kubelet"
 

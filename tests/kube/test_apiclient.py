@@ -12,9 +12,9 @@ import pytest
 
 pytest.importorskip("cryptography", reason="certificates for the TLS tests are made with it")
 
-from exporter.kube.apiclient import ApiClient, ApiError, ConnectError
-from exporter.kube.kubeconfig import ClusterConfig, KubeConfigError
-from exporter.kube.reflector import _describe, default_api_client, lines, read_json
+from exporter.workloads.apiserver.apiclient import ApiClient, ApiError, ConnectError
+from exporter.workloads.apiserver.kubeconfig import ClusterConfig, KubeConfigError
+from exporter.workloads.apiserver.reflector import _describe, default_api_client, lines, read_json
 from tests.kube.tlsapi import TLSAPIServer, cert_pem, issue, key_pem
 
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube.apiclient import ApiClient
-from exporter.kube.apiserver import PodWatcher, Timing, sanitize_label_name
-from exporter.kube.cgroups import container_of
-from exporter.kube.kubeconfig import ClusterConfig
+from exporter.workloads.apiserver.apiclient import ApiClient
+from exporter.workloads.apiserver.kubeconfig import ClusterConfig
+from exporter.workloads.apiserver.watch import PodWatcher, Timing, sanitize_label_name
+from exporter.workloads.cgroups import container_of
 from tests.kube.fakeapi import FakeAPIServer, load
 
 ROOT = Path(__file__).parents[2]
@@ -480,8 +480,9 @@ def test_dra_not_served_reports_and_pods_still_work(watchers):
 
 def test_the_watch_does_not_import_the_kubernetes_client():
     code = (
-        "import sys, exporter.kube.apiserver, exporter.kube.reflector, exporter.kube.apiclient, "
-        "exporter.kube.kubeconfig; print(sorted(m for m in ('kubernetes', 'urllib3') "
+        "import sys, exporter.workloads.apiserver.watch, exporter.workloads.apiserver.reflector, "
+        "exporter.workloads.apiserver.apiclient, exporter.workloads.apiserver.kubeconfig; "
+        "print(sorted(m for m in ('kubernetes', 'urllib3') "
         "if m in sys.modules) or False)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube.cgroups import ContainerRef, container_of, parse_cgroup
+from exporter.workloads.cgroups import ContainerRef, container_of, parse_cgroup
 
 PROC = str(Path(__file__).parents[1] / "fixtures" / "proc")
 

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.podresources import PodResourcesClient
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import PodResourcesClient
 from tests.kube import h2kubelet as http2
 from tests.kube.fakekubelet import FakeKubelet
 from tests.kube.h2kubelet import H2Kubelet, Peer, message

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.podresources import PodResourcesClient
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import PodResourcesClient
 
 pytestmark = pytest.mark.slow  # builds a Go program (seconds once Go's build cache is warm)
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from exporter.kube import limits
-from exporter.kube.podresources import MAX_MESSAGE
+from exporter.workloads import limits
+from exporter.workloads.kubelet.podresources import MAX_MESSAGE
 from tests.exposition import find
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import Exporter, http_get

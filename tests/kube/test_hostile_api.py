@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.kube import limits
-from exporter.kube.apiserver import PodWatcher
+from exporter.workloads import limits
+from exporter.workloads.apiserver.watch import PodWatcher
 from tests.kube import hostileapi
 from tests.kube.hostileapi import HostileAPIServer, events, pod, pod_list
 from tests.kube.test_apiserver import FAST, client_for, wait_until

@@ -11,10 +11,10 @@ import time
 import h2.settings
 import pytest
 
-from exporter.kube import grpcclient, h2conn, podresources
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.mapper import Mapper
-from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
+from exporter.workloads.kubelet import grpcclient, h2conn, podresources
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import KubeletUnavailable, PodResourcesClient
+from exporter.workloads.mapper import Mapper
 from tests.kube import h2kubelet as http2
 from tests.kube.h2kubelet import H2Kubelet, Peer, message
 
@@ -440,8 +440,9 @@ async def test_a_server_that_does_not_begin_with_settings_is_refused(tmp_path):
 
 
 def _settings_flood_cpu(frames: int) -> float:
-    """CPU seconds h2's client side (as exporter/kube/h2conn.py sets it up) takes to read
-    ``frames`` empty SETTINGS frames arriving in one read, and queue the acks (best of 2)."""
+    """CPU seconds h2's client side (as exporter/workloads/kubelet/h2conn.py sets it up) takes
+    to read ``frames`` empty SETTINGS frames arriving in one read, and queue the acks
+    (best of 2)."""
     flood = F(http2.SETTINGS, 0, 0) * frames
     best = float("inf")
     for _ in range(2):

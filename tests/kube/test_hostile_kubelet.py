@@ -1,6 +1,6 @@
 """A broken or hostile kubelet (a real gRPC server on a unix socket) cannot stop the
 mapping, grow memory, create unbounded series or flood the log: every bound of
-exporter/kube/limits.py, tried past its limit."""
+exporter/workloads/limits.py, tried past its limit."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import logging
 
 import pytest
 
-from exporter.kube import limits, podresources
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.mapper import Mapper
-from exporter.kube.podresources import PodResourcesClient
+from exporter.workloads import limits
+from exporter.workloads.kubelet import podresources
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import PodResourcesClient
+from exporter.workloads.mapper import Mapper
 from tests.kube.fakekubelet import FakeKubelet
 
 
@@ -28,7 +29,7 @@ def warnings(caplog) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name.startswith("exporter.kube") and r.levelno >= logging.WARNING
+        if r.name.startswith("exporter.workloads") and r.levelno >= logging.WARNING
     ]
 
 

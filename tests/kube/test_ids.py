@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.kube.ids import DeviceRef, Resolver, parse
+from exporter.workloads.ids import DeviceRef, Resolver, parse
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube import kubeconfig
-from exporter.kube.kubeconfig import ClusterConfig, KubeConfigError, from_kubeconfig, in_cluster
+from exporter.workloads.apiserver import kubeconfig
+from exporter.workloads.apiserver.kubeconfig import (
+    ClusterConfig,
+    KubeConfigError,
+    from_kubeconfig,
+    in_cluster,
+)
 
 FIX = Path(__file__).parents[1] / "fixtures" / "kubeconfig"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from exporter.kube.limits import Drops
-from exporter.ratelimit import RateLimitedLog
+from exporter.runtime.ratelimit import RateLimitedLog
+from exporter.workloads.limits import Drops
 
 
 def test_lines_per_minute_then_one_summary(caplog):
     now = [0.0]
-    warn = RateLimitedLog(logging.getLogger("exporter.kube.test"), 3, clock=lambda: now[0])
+    warn = RateLimitedLog(logging.getLogger("exporter.workloads.test"), 3, clock=lambda: now[0])
     logged = [warn.warning("bad ID %d", i) for i in range(10)]
     assert logged == [True] * 3 + [False] * 7
     now[0] = 59.9

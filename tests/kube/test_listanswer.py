@@ -1,4 +1,4 @@
-"""exporter/kube/listanswer.py against protobuf's own decoder of the kubelet's List answer.
+"""workloads/kubelet/listanswer.py against protobuf's own decoder of the kubelet's List answer.
 
 The answers are built and encoded with the generated protobuf classes, then decoded by
 protobuf alone and through the bounded walk. Within the bounds, both give the same fields
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.kube import listanswer
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.podresources import INVALID, KubeletUnavailable, parse
+from exporter.workloads.kubelet import listanswer
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import INVALID, KubeletUnavailable, parse
 from tests.fuzz.strategies import FAST
 
 NAME = st.text(

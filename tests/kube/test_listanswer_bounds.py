@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from exporter.kube import limits, listanswer
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.podresources import MAX_MESSAGE
+from exporter.workloads import limits
+from exporter.workloads.kubelet import listanswer
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import MAX_MESSAGE
 
 
 def decode(resp: pb.ListPodResourcesResponse) -> tuple[pb.ListPodResourcesResponse, Counter]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.kube.mapper import Mapper, Owner
-from exporter.kube.podresources import PodResourcesClient
+from exporter.workloads.kubelet.podresources import PodResourcesClient
+from exporter.workloads.mapper import Mapper, Owner
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 
@@ -155,7 +155,7 @@ async def test_answers_are_decoded_and_mapped_off_the_event_loop(
     keeps serving scrapes meanwhile); an unchanged one is recognised without it."""
     import threading
 
-    from exporter.kube import mapper as module
+    from exporter.workloads import mapper as module
 
     threads: list[str] = []
     real_parse = module.parse

@@ -11,11 +11,11 @@ import json
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import KubeConfig, default_metrics_file
+from exporter.config.model import KubeConfig, default_metrics_file
 from exporter.exposition.pods import HolderText
-from exporter.kube.attribution import Attribution
+from exporter.workloads.attribution import Attribution
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakeapi import load as load_api
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods

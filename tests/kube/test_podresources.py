@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from exporter.kube import grpcclient, podresources
-from exporter.kube.generated import podresources_pb2 as pb
-from exporter.kube.podresources import KubeletUnavailable, PodResourcesClient
+from exporter.workloads.kubelet import grpcclient, podresources
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.podresources import KubeletUnavailable, PodResourcesClient
 from tests.kube.fakekubelet import FakeKubelet
 
 PODS = pb.ListPodResourcesResponse(

@@ -2,7 +2,7 @@
 
 import pytest
 
-from exporter.kube import protogen
+from exporter.workloads.kubelet import protogen
 
 
 def test_stubs_match_the_proto():
@@ -13,11 +13,13 @@ def test_stubs_match_the_proto():
     assert sorted(fresh) == ["podresources_pb2.py", "podresources_pb2_grpc.py"]
     for name, text in fresh.items():
         committed = (protogen.OUT / name).read_text()
-        assert committed == text, f"{name} is stale: run python -m exporter.kube.protogen"
+        assert committed == text, (
+            f"{name} is stale: run python -m exporter.workloads.kubelet.protogen"
+        )
 
 
 def test_proto_has_the_v1_service_and_dra_fields():
-    from exporter.kube.generated import podresources_pb2 as pb
+    from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 
     svc = pb.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert svc.full_name == "v1.PodResourcesLister"

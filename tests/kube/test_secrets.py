@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.kube import kubeconfig
-from exporter.kube.apiclient import ApiClient, ApiError, ConnectError
-from exporter.kube.apiserver import PodWatcher
-from exporter.kube.kubeconfig import ClusterConfig, KubeConfigError
+from exporter.workloads.apiserver import kubeconfig
+from exporter.workloads.apiserver.apiclient import ApiClient, ApiError, ConnectError
+from exporter.workloads.apiserver.kubeconfig import ClusterConfig, KubeConfigError
+from exporter.workloads.apiserver.watch import PodWatcher
 from tests.kube.test_apiserver import FAST, wait_until
 
 TOKEN = "tok-5ecret-AAAA"

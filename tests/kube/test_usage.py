@@ -1,4 +1,4 @@
-"""kube/usage.py: which processes belong to the holders of a device, which are unaccounted,
+"""workloads/usage.py: which processes belong to the holders of a device, which are unaccounted,
 and whose process lists a cycle reads; the join's visibility through a host /proc."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from types import MappingProxyType
 
-from exporter.config import KubeConfig
-from exporter.kube.attribution import Attribution
-from exporter.kube.mapper import Owner, PodMap
-from exporter.kube.usage import Usage, device_uses, wants_processes
+from exporter.config.model import KubeConfig
 from exporter.nvml.devices import Device
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot
+from exporter.workloads.attribution import Attribution
+from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.usage import Usage, device_uses, wants_processes
 
 A = Owner("ml", "a", "c")
 B = Owner("ml", "b", "c")

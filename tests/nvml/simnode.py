@@ -12,9 +12,9 @@ from typing import Any
 import pynvml
 
 from exporter import sim
-from exporter.catalog import Catalog, load, parse
+from exporter.catalog.metricsfile import Catalog, load, parse
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.sim import ManualClock, SimDriver
 from exporter.sim.models import catalog
 from exporter.snapshot import Snapshot

@@ -9,11 +9,11 @@ from types import MappingProxyType
 import pytest
 
 from exporter import sim
-from exporter.catalog import parse
+from exporter.catalog.metricsfile import parse
 from exporter.collector import Collector
-from exporter.kube.mapper import Owner, PodMap
-from exporter.kube.usage import wants_processes
 from exporter.sim import FLEETS_DIR
+from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.usage import wants_processes
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -10,9 +10,9 @@ import pytest
 
 from benchmarks.accounting import instrument
 from exporter import sim
-from exporter.catalog import load, parse
+from exporter.catalog.metricsfile import load, parse
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim.clock import ManualClock
@@ -194,7 +194,7 @@ def test_xid_log_lines_are_bounded_in_all_not_only_per_code(node, caplog):
     driver, col, clock = node
     cycle(col, clock)
     codes = range(1, 41)
-    with caplog.at_level(logging.WARNING, logger="exporter.nvml.events"):
+    with caplog.at_level(logging.WARNING, logger="exporter.nvml.xid.events"):
         for i, xid in enumerate(codes):
             driver.inject(Fault("xid", gpu=i % 4, xid=xid, count=2))
         deadline = time.monotonic() + 10

@@ -1,4 +1,4 @@
-"""The worker thread offers its core between the steps of a cycle (exporter/cpushare.py)."""
+"""The worker thread offers its core between the steps of a cycle (exporter/runtime/cpushare.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter import cpushare, sim
-from exporter.catalog import load
+from exporter import sim
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.runtime import cpushare
 from exporter.sim.clock import ManualClock
 
 MIG56 = Path(__file__).parents[2] / "exporter" / "sim" / "fleets" / "h100x8-mig56.yaml"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from exporter.kube.mapper import Owner, PodMap
-from exporter.kube.sharing import split_shared
 from exporter.nvml.processes import ProcessReader
 from exporter.sim import Fault
+from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.sharing import split_shared
 from tests.nvml.simnode import H100, blackwell, node, until
 
 ECC = [

@@ -13,7 +13,7 @@ import pynvml as N
 import pytest
 
 from exporter import sim
-from exporter.catalog import parse
+from exporter.catalog.metricsfile import parse
 from exporter.collector import Collector
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import Fault, ManualClock

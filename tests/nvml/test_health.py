@@ -7,10 +7,10 @@ import time
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.nvml.health import (
+from exporter.config.model import default_metrics_file
+from exporter.derive.health import (
     FAIL,
     PASS,
     WARN,
@@ -19,7 +19,7 @@ from exporter.nvml.health import (
     HealthTracker,
     gpu_health,
 )
-from exporter.nvml.windows import XidWindow
+from exporter.derive.windows import XidWindow
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault
 

@@ -9,7 +9,7 @@ import os
 
 import pynvml
 
-from exporter.nvml import kmsg
+from exporter.nvml.xid import kmsg
 from exporter.sim import Fault
 from tests.nvml.simnode import node, until
 

@@ -6,9 +6,9 @@ import pynvml as N
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.nvml.rates import Sample, counter_rate
 from exporter.sim.clock import ManualClock
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.nvml.p2p import P2PReader, P2PSeries, p2p_series, status_name
 from exporter.sim.clock import ManualClock
 

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
+from exporter.config.releases import RELEASES
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.releases import RELEASES
 from exporter.sim import Fault, ManualClock
 from tests.exposition import find
 

@@ -9,11 +9,11 @@ import pytest
 
 from benchmarks.accounting import instrument
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.groups import GroupError, resolve
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import Collection, default_metrics_file
+from exporter.config.model import Collection, default_metrics_file
 from exporter.poller import Poller
-from exporter.watchgroups import GroupError, resolve
 from tests.exposition import find
 
 CATALOG = load(default_metrics_file())

@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.nvml.windows import (
+from exporter.config.model import default_metrics_file
+from exporter.derive.windows import (
     ClockEventWindow,
     Window,
     XidWindow,

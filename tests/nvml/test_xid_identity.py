@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
+from exporter.derive.xids import XidCounter
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.exposition.xid import XidCounter
 from exporter.sim import Fault, ManualClock
 from tests.exposition import find
 

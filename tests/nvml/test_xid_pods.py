@@ -5,13 +5,13 @@ from __future__ import annotations
 import time
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.exposition.xid import XidCounter
-from exporter.kube.attribution import Holder
-from exporter.kube.mapper import Owner
+from exporter.config.model import default_metrics_file
+from exporter.derive.xids import XidCounter
 from exporter.sim import Fault, ManualClock
+from exporter.workloads.attribution import Holder
+from exporter.workloads.mapper import Owner
 
 
 def wait_count(col, total):

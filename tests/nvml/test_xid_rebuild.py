@@ -9,9 +9,9 @@ import time
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.sim import Fault, ManualClock
 
 CATALOG = load(default_metrics_file())
@@ -68,7 +68,7 @@ def test_a_short_grace_leaves_nvml_to_the_exit_and_the_thread_ends_by_itself(gra
     short grace: still waiting then, NVML is not shut down under it and the stop goes on;
     the thread ends when its wait does, its set freed. Without a grace, the close waits for
     the thread and shuts NVML down."""
-    from exporter.nvml import events
+    from exporter.nvml.xid import events
 
     clock = ManualClock()
     driver = sim.install(MIXED, clock=clock, latency=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.nvml import xidcatalog
+from exporter.derive import xidcatalog
 
 
 def test_every_code_of_the_catalog_is_described():

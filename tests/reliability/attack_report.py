@@ -37,7 +37,7 @@ def _pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))] if v else 0.0
 
 
-RELOADS = ("exporter.signals", "exporter.app", "exporter.http.webconfig.state")
+RELOADS = ("exporter.runtime.signals", "exporter.app", "exporter.http.webconfig.state")
 
 
 def _log_per_minute(lines: list[list[str]], reloads: bool) -> int:

@@ -36,9 +36,9 @@ from typing import Any
 import bcrypt
 import yaml
 
-from exporter import heap
-from exporter.config import default_metrics_file
-from exporter.kube.generated import podresources_pb2 as pb
+from exporter.config.model import default_metrics_file
+from exporter.runtime import heap
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from tests.exposition import find
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids
 from tests.kube.hostileapi import HostileAPIServer

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.kube.generated import podresources_pb2 as pb
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from tests.kube.fakekubelet import FakeKubelet
 from tests.kube.hostileapi import HostileAPIServer, pod, pod_list
 

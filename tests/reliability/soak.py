@@ -38,13 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import KubeConfig, default_metrics_file
-from exporter.kube.attribution import Attribution
-from exporter.kube.generated import podresources_pb2 as pb
+from exporter.config.model import KubeConfig, default_metrics_file
 from exporter.poller import Poller
 from exporter.sim.faults import Fault
+from exporter.workloads.attribution import Attribution
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 
 ROOT = Path(__file__).parents[2]
 FLEET = ROOT / "tests" / "fixtures" / "reliability" / "soak.yaml"

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from tests.kube.fakeapi import FakeAPIServer
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, wait_until

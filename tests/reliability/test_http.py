@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import bcrypt
 import pytest
 
-from exporter.config import DEFAULT_HTTP_MAX_HEADER_BYTES
+from exporter.config.model import DEFAULT_HTTP_MAX_HEADER_BYTES
 from exporter.http.routes import wants_gzip
 from tests.procs import Exporter, wait_until
 

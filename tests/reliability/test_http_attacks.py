@@ -323,7 +323,7 @@ def test_truncated_web_config_keeps_basic_auth(tmp_path, stop_after):
 def test_fifo_as_metrics_file_on_reload(tmp_path, stop_after):
     """A FIFO (or /dev/zero) put where the metrics file was is refused at once on SIGHUP:
     one line, the last good file stays, SIGTERM is not delayed."""
-    from exporter.config import default_metrics_file
+    from exporter.config.model import default_metrics_file
 
     metrics = tmp_path / "metrics.csv"
     metrics.write_text(Path(default_metrics_file()).read_text())

@@ -246,9 +246,9 @@ def test_hostile_kubelet_answer_never_stops_collection(tmp_path, kubelet):
     log = node.output()
     assert "Traceback" not in log
     assert log.count("matches no device") <= 5, log[-2000:]
-    kube_lines = [line for line in log.splitlines() if "exporter.kube" in line]
+    kube_lines = [line for line in log.splitlines() if "exporter.workloads" in line]
     assert len(kube_lines) <= 8, kube_lines
     print(
         f"\nhostile kubelet answer: RSS {before:.0f} -> {rss:.0f} MiB, "
-        f"{len(kube_lines)} log lines from exporter.kube"
+        f"{len(kube_lines)} log lines from exporter.workloads"
     )

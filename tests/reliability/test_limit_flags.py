@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from exporter.cli import build_parser, config_from, main
-from exporter.config import (
+from exporter.cli import build_parser, main
+from exporter.config.model import (
     DEFAULT_HTTP_MAX_HEADER_BYTES,
     DEFAULT_HTTP_TIMEOUT_MS,
     DEFAULT_HTTP_WRITE_TIMEOUT_MS,
     DEFAULT_MAX_CONNECTIONS,
 )
+from exporter.config.resolve import config_from
 from tests.procs import ROOT
 
 

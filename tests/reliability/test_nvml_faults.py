@@ -16,9 +16,9 @@ import pynvml
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from exporter.poller import EXIT_NVML, Poller
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import bcrypt
 
-from exporter.catalog import load
-from exporter.config import Config, default_metrics_file
+from exporter.catalog.metricsfile import load
+from exporter.config.model import Config, default_metrics_file
 from tests.procs import ROOT, Exporter, wait_until
 from tests.web.certs import CA
 
@@ -22,14 +22,14 @@ PACKAGE = ROOT / "exporter"
 # Calls that run code or commands, or unpickle: none in the exporter. The simulator's
 # runner (a developer tool that runs a program against the simulated driver) is the one
 # place that runs code, by design; the generated protobuf stubs are not read by hand.
-# exporter/heap.py opens the C library already loaded (ctypes.CDLL(None), no path) for
+# exporter/runtime/heap.py opens the C library already loaded (ctypes.CDLL(None), no path) for
 # glibc's mallopt and malloc_trim.
 FORBIDDEN = {
     "eval", "exec", "compile", "__import__", "os.system", "os.popen", "os.exec",
     "os.spawn", "subprocess", "pickle", "marshal", "shelve", "yaml.load",
     "yaml.unsafe_load", "yaml.full_load", "runpy", "ctypes.CDLL",
 }  # fmt: skip
-ALLOWED = {("exporter/sim/run.py", "runpy"), ("exporter/heap.py", "ctypes")}
+ALLOWED = {("exporter/sim/run.py", "runpy"), ("exporter/runtime/heap.py", "ctypes")}
 
 
 def _dotted(node: ast.AST) -> str:
@@ -160,8 +160,8 @@ def test_label_values_cannot_inject_series():
     from exporter.collector import Collector
     from exporter.exposition.build import Builder
     from exporter.exposition.selfmetrics import SelfMetrics
-    from exporter.kube.attribution import Holder
-    from exporter.kube.mapper import Owner
+    from exporter.workloads.attribution import Holder
+    from exporter.workloads.mapper import Owner
     from tests.exposition import samples
 
     catalog = load(default_metrics_file())

@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 
-from exporter.config import default_metrics_file
+from exporter.config.model import default_metrics_file
 from tests.exposition import samples
 from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, wait_until

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.catalog import CatalogError, load, parse
-from exporter.config import default_metrics_file
+from exporter.catalog.metricsfile import CatalogError, load, parse
+from exporter.config.model import default_metrics_file
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "csv"
 

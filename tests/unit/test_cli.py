@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import build_parser, config_from, main
-from exporter.config import ConfigError, DeviceSelection, parse_bool, parse_devices
+from exporter.cli import build_parser, main
+from exporter.config.model import ConfigError, DeviceSelection, parse_bool, parse_devices
+from exporter.config.resolve import config_from
 from tests.procs import free_port
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "csv"
@@ -217,7 +218,7 @@ def test_version():
 
 
 def test_help_shows_both_groups_with_every_variable():
-    from exporter.flags import DCGM_FLAGS
+    from exporter.config.dcgmflags import DCGM_FLAGS
 
     text = build_parser().format_help()
     assert "dcgm-exporter flags:" in text and "gpu-exporter flags:" in text

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter import checks, sim
-from exporter.cli import build_parser, config_from
-from exporter.config import ConfigError, DeviceSelection, default_metrics_file, parse_devices
-from exporter.durations import parse_duration
-from exporter.flags import DCGM_FLAGS
+from exporter import sim
+from exporter.cli import build_parser
+from exporter.config import validate
+from exporter.config.dcgmflags import DCGM_FLAGS
+from exporter.config.durations import parse_duration
+from exporter.config.model import ConfigError, DeviceSelection, default_metrics_file, parse_devices
+from exporter.config.resolve import config_from
 from tests.exposition import find
 from tests.nvml.test_families import make_node
 from tests.procs import free_port
@@ -147,11 +149,11 @@ def test_collection_patterns_checked_against_the_metrics_file(tmp_path):
                  "  - {name: a, every: 1s, metrics: {include: [DCGM_FI_DEV_GPU_TEMP]}}\n"
                  "  - {name: b, every: 2s, metrics: {include: ['DCGM_FI_DEV_*_TEMP']}}\n"
                  )  # fmt: skip
-    _, problems = checks.validate(cfg(["--config-file", path, "-a", f"127.0.0.1:{free_port()}"]))
+    _, problems = validate.validate(cfg(["--config-file", path, "-a", f"127.0.0.1:{free_port()}"]))
     assert len(problems) == 1 and "DCGM_FI_DEV_GPU_TEMP is also in collection 'a'" in problems[0]
     path = write(tmp_path, "version: 1\ncollection:\n"
                  "  watchGroups: [{name: a, interval: 1s, fields: [NO_SUCH_*]}]\n")  # fmt: skip
-    _, problems = checks.validate(cfg(["--config-file", path, "-a", f"127.0.0.1:{free_port()}"]))
+    _, problems = validate.validate(cfg(["--config-file", path, "-a", f"127.0.0.1:{free_port()}"]))
     assert "'NO_SUCH_*' matches no row" in problems[0] and "watchGroups[0]" in problems[0]
 
 
@@ -160,7 +162,7 @@ def test_metrics_fields_of_the_config_file(tmp_path):
                  "    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: 'Temp, in C.'}\n"
                  "    - {name: DCGM_FI_DRIVER_VERSION, prometheusType: label}\n")  # fmt: skip
     c = cfg(["--config-file", path, "-a", f"127.0.0.1:{free_port()}"])
-    catalog, problems = checks.validate(c)
+    catalog, problems = validate.validate(c)
     assert problems == [] and catalog is not None
     assert [(m.name, m.help) for m in catalog.metrics] == [("DCGM_FI_DEV_GPU_TEMP", "Temp, in C.")]
     assert [m.name for m in catalog.labels] == ["DCGM_FI_DRIVER_VERSION"]

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter import containers, sim
-from exporter.catalog import load
+from exporter import sim
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import Config, default_metrics_file
-from exporter.containers import Holding, Runtime, by_device, container_name, holding
+from exporter.config.model import Config, default_metrics_file
 from exporter.poller import Poller
+from exporter.workloads import containers
+from exporter.workloads.containers import Holding, Runtime, by_device, container_name, holding
 from tests.exposition import find
 
 CATALOG = load(default_metrics_file())

@@ -1,4 +1,4 @@
-"""exporter/dcgm-names.csv, the one table of dcgm-exporter 4.9's renames: the fields the
+"""exporter/catalog/dcgm-names.csv, the one table of dcgm-exporter 4.9's renames: the fields the
 exporter serves under the new names read the old ones' readings in the new units, and
 docs/compatibility.md shows the table and the releases as they are."""
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from exporter import sim
-from exporter.catalog import parse
+from exporter.catalog.metricsfile import parse
+from exporter.catalog.renames import parse as parse_table
+from exporter.catalog.renames import renames
 from exporter.collector import Collector
+from exporter.config.releases import RELEASES
 from exporter.nvml.fields import FIELDS
-from exporter.nvml.renames import parse as parse_table
-from exporter.nvml.renames import renames
-from exporter.releases import RELEASES
 
 ROOT = Path(__file__).parents[2]
 DOC = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
@@ -118,7 +118,8 @@ def test_the_compatibility_doc_shows_what_each_release_picks() -> None:
     assert cells["`GPU_CI_ID` on MIG series"] == ["yes" if r.ci_label else "no" for r in releases]
     detail = "`health_error_severity`, `health_error_category` on the health status"
     assert cells[detail] == ["yes" if r.health_detail else "no" for r in releases]
-    assert cells["shipped metrics file"] == [f"`exporter/{r.metrics_file}`" for r in releases]
+    shipped = [f"`exporter/catalog/{r.metrics_file}`" for r in releases]
+    assert cells["shipped metrics file"] == shipped
 
 
 def test_the_shipped_files_differ_only_as_the_releases_do() -> None:
@@ -126,7 +127,7 @@ def test_the_shipped_files_differ_only_as_the_releases_do() -> None:
     4.8.4's rows, the DCGM_EXP_* rows and field 449 typed counter."""
 
     def rows(name: str) -> dict[str, str]:
-        text = (ROOT / "exporter" / name).read_text(encoding="utf-8")
+        text = (ROOT / "exporter" / "catalog" / name).read_text(encoding="utf-8")
         found = re.findall(r"^#? ?(DCGM_\w+),\s*(\w+),", text, re.M)
         return dict(found)
 

@@ -3,9 +3,9 @@
 import re
 from pathlib import Path
 
+from exporter.catalog.unserved import UNSERVED
 from exporter.cli import build_parser
 from exporter.nvml.fields import FIELDS
-from exporter.nvml.unserved import UNSERVED
 
 ROOT = Path(__file__).parents[2]
 
@@ -36,7 +36,7 @@ def _flag_table() -> list[list[str]]:
 def test_compatibility_flag_table_matches_the_parser():
     """Every dcgm-exporter flag is in the table, with the short alias and variable the
     parser accepts, and a verdict; the parser accepts each one as the table writes it."""
-    from exporter.flags import DCGM_FLAGS
+    from exporter.config.dcgmflags import DCGM_FLAGS
 
     table = {row[0].strip("`"): row for row in _flag_table()}
     assert set(table) == {f"--{f.long}" for f in DCGM_FLAGS} | {"--version"}
@@ -61,8 +61,8 @@ def test_security_doc_figures_are_the_codes():
     import inspect
 
     from exporter.http.server import STOP_DEADLINE_S
-    from exporter.kube.limits import MAX_MESSAGE_BYTES
-    from exporter.kube.podresources import PodResourcesClient
+    from exporter.workloads.kubelet.podresources import PodResourcesClient
+    from exporter.workloads.limits import MAX_MESSAGE_BYTES
 
     text = " ".join((ROOT / "docs" / "security.md").read_text().split())
     stop = re.search(r"SIGTERM stops within ([\d.]+) s", text)
@@ -77,7 +77,7 @@ def test_security_doc_figures_are_the_codes():
 def test_compatibility_doc_units_are_the_help_texts():
     """Each throughput's unit in the units line and in the field table is the one the
     shipped metrics file's HELP gives it."""
-    from exporter.config import default_metrics_file
+    from exporter.config.model import default_metrics_file
 
     text = (ROOT / "docs" / "compatibility.md").read_text()
     units_line = " ".join(text.split("- Units:", 1)[1].split("\n- ", 1)[0].split())

@@ -10,17 +10,17 @@ from types import MappingProxyType, SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.catalog import load
-from exporter.config import default_metrics_file
+from exporter.catalog.metricsfile import load
+from exporter.config.model import default_metrics_file
+from exporter.derive.xids import XidCounter
 from exporter.exposition import build, text
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.exposition.xid import XidCounter
-from exporter.kube.attribution import Holder
-from exporter.kube.mapper import Owner
 from exporter.nvml.devices import Device
-from exporter.nvml.events import XidState
+from exporter.nvml.xid.events import XidState
 from exporter.snapshot import Snapshot
+from exporter.workloads.attribution import Holder
+from exporter.workloads.mapper import Owner
 from tests.exposition import samples
 
 CATALOG = load(default_metrics_file())

@@ -5,8 +5,8 @@ from __future__ import annotations
 import tracemalloc
 
 from exporter.exposition.pods import HolderText
-from exporter.kube.attribution import Holder
-from exporter.kube.mapper import Owner
+from exporter.workloads.attribution import Holder
+from exporter.workloads.mapper import Owner
 
 
 def layout(generation: int, n: int = 60) -> dict[str, Holder]:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import Config, default_metrics_file
-from exporter.hpcjobs import MAX_ID_CHARS, MAX_JOBS, JobFiles
+from exporter.config.model import Config, default_metrics_file
 from exporter.poller import Poller
+from exporter.workloads.hpcjobs import MAX_ID_CHARS, MAX_JOBS, JobFiles
 from tests.exposition import find
 
 CATALOG = load(default_metrics_file())

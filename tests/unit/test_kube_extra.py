@@ -66,8 +66,8 @@ def test_k_without_the_kube_extra_names_the_install(
 
 
 def test_k_needs_no_grpcio(tmp_path: Path) -> None:
-    # the kubelet client is gRPC over h2 (exporter/kube/grpcclient.py); grpcio is for the
-    # tests' fake kubelet
+    # the kubelet client is gRPC over h2 (exporter/workloads/kubelet/grpcclient.py); grpcio is
+    # for the tests' fake kubelet
     r = _start(tmp_path, ["-c", BLOCKED.format(module="grpc")])
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter import checks, cli
-from exporter.catalog import load, parse
-from exporter.config import Config
+from exporter import cli
+from exporter.catalog.metricsfile import load, parse
+from exporter.config import validate
+from exporter.config.model import Config
 
 NVIDIA = Path(__file__).parent.parent / "fixtures" / "csv" / "nvidia-4.8.2"
 FILES = ("default-counters.csv", "dcp-metrics-included.csv", "1.x-compatibility-metrics.csv")
@@ -37,7 +38,7 @@ def test_every_row_is_served_or_named(name, capsys, monkeypatch):
     replaced = {earlier for _, earlier, _ in cat.duplicates}
     for line, field in rows(path):
         assert line in served or line in skipped or line in replaced, (name, line, field)
-    monkeypatch.setattr(checks, "address_problem", lambda *_: None)  # port 9400 may be taken
+    monkeypatch.setattr(validate, "address_problem", lambda *_: None)  # port 9400 may be taken
     assert cli.main(["--check", "-f", str(path)]) == 0
     out = capsys.readouterr().out
     for s in cat.skipped:  # --check names each row not served, with the reason
@@ -48,7 +49,7 @@ def test_vgpu_license_row_is_named_in_the_startup_warning(caplog):
     cat = load(NVIDIA / "default-counters.csv")
     assert [s.name for s in cat.skipped] == ["DCGM_FI_DEV_VGPU_LICENSE_STATUS"]
     with caplog.at_level(logging.INFO, logger="exporter"):
-        checks.log_startup(Config(), cat)
+        validate.log_startup(Config(), cat)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "DCGM_FI_DEV_VGPU_LICENSE_STATUS" in warnings[0]
 
@@ -67,7 +68,7 @@ def test_nvidia_1x_csv_with_rows_listed_twice_starts_with_one_warning(caplog):
     assert tx.line == 65 and tx.help.startswith("The number of bytes of active pcie tx")
     assert names.index("dcgm_fi_prof_pcie_tx_bytes") < names.index("dcgm_pcie_replay_counter")
     with caplog.at_level(logging.INFO, logger="exporter"):
-        checks.log_startup(Config(), cat)
+        validate.log_startup(Config(), cat)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1, warnings
     assert "dcgm_fi_prof_pcie_tx_bytes (lines 18 and 65)" in warnings[0]

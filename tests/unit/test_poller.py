@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from exporter import sim
-from exporter.catalog import load
+from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config import default_metrics_file
-from exporter.heap import limit_arenas
+from exporter.config.model import default_metrics_file
 from exporter.poller import Poller
+from exporter.runtime.heap import limit_arenas
 from exporter.sim import Fault, ManualClock
 from tests.exposition import find, samples
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.catalog import load
-from exporter.cli import build_parser, config_from, main
-from exporter.config import ConfigError
+from exporter.catalog.metricsfile import load
+from exporter.cli import build_parser, main
+from exporter.config.model import ConfigError
+from exporter.config.resolve import config_from
 
 
 def cfg(argv: list[str], env: dict[str, str] | None = None):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.catalog import Skipped
+from exporter.catalog.metricsfile import Skipped
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot

@@ -10,7 +10,7 @@ from tests.procs import ROOT
 
 HANGS = """
 import threading, time
-from exporter import signals
+from exporter.runtime import signals
 signals.exit_after(0.3)
 threading.Event().wait(30)  # a close that never returns
 """

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import Counter
 from types import SimpleNamespace
 
-from exporter.catalog import parse
+from exporter.catalog.metricsfile import parse
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.kube.attribution import Holder
-from exporter.kube.ids import Resolver
-from exporter.kube.mapper import REPLICAS_MAX, Mapper, Owner
-from exporter.kube.sharing import UNATTRIBUTED, Split
+from exporter.workloads.attribution import Holder
+from exporter.workloads.ids import Resolver
+from exporter.workloads.mapper import REPLICAS_MAX, Mapper, Owner
+from exporter.workloads.sharing import UNATTRIBUTED, Split
 from tests.exposition import samples
 from tests.unit.test_exposition import CATALOG, gpu, mig, snap
 

@@ -1,4 +1,4 @@
-"""Bounded config file reading (exporter/files.py) and the reload status it feeds."""
+"""Bounded config file reading (exporter/config/files.py) and the reload status it feeds."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from exporter.files import ConfigFileError, load_yaml, read_config_file
-from exporter.signals import ReloadStatus
+from exporter.config.files import ConfigFileError, load_yaml, read_config_file
+from exporter.runtime.signals import ReloadStatus
 
 
 def test_regular_file_is_read(tmp_path):

@@ -198,7 +198,8 @@ def test_cli_refuses_a_bad_file_with_one_line(tmp_path, capsys):
 
 
 def test_cli_reads_the_environment(tmp_path):
-    from exporter.cli import build_parser, config_from
+    from exporter.cli import build_parser
+    from exporter.config.resolve import config_from
 
     path = _file(tmp_path, "")
     args = build_parser().parse_args([])

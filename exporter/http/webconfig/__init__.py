@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from exporter import signals
 from exporter.http.webconfig.auth import basic_credentials
 from exporter.http.webconfig.parse import (
     HEADERS,
@@ -37,6 +36,7 @@ from exporter.http.webconfig.parse import (
     parse,
 )
 from exporter.http.webconfig.state import POLL_S, WebState
+from exporter.runtime import signals
 
 log = logging.getLogger(__name__)
 

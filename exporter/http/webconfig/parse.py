@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.config import ConfigError
-from exporter.files import ConfigFileError, load_yaml, read_config_bytes, read_config_file
+from exporter.config.files import ConfigFileError, load_yaml, read_config_bytes, read_config_file
+from exporter.config.model import ConfigError
 from exporter.http.webconfig.auth import decoy
 from exporter.http.webconfig.tls import (
     CIPHERS,

@@ -15,7 +15,7 @@ import ssl
 from exporter.http.webconfig.auth import Authenticator
 from exporter.http.webconfig.parse import Loaded, WebConfigError, fingerprint, load
 from exporter.http.webconfig.tls import tune
-from exporter.signals import ReloadStatus
+from exporter.runtime.signals import ReloadStatus
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The metrics file (dcgm-exporter's CSV) and the field names each dcgm-exporter release serves."""

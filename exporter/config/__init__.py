@@ -1,0 +1,1 @@
+"""Configuration: flags, environment variables and the config file, resolved into one Config."""

@@ -1,0 +1,45 @@
+"""Which dcgm-exporter release a node mimics (``--dcgm-exporter-version``), and what that picks.
+
+One setting decides what differs between dcgm-exporter releases beyond the metrics
+file's own rows: the node label's name (``Hostname`` until 4.8.2, ``hostname`` since
+4.8.3), the ``GPU_CI_ID`` label on MIG series (4.8.4), the severity and category labels
+of DCGM_EXP_GPU_HEALTH_STATUS (4.8.3), and the metrics file shipped for the release
+(metric names, units and Prometheus types as that release's CSV has them; 4.9 has DCGM
+4.7's names). A metrics file with either generation's names is served as it is written
+under every setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What mimicking one dcgm-exporter release changes."""
+
+    name: str  # as given to --dcgm-exporter-version
+    hostname_label: str  # name of the node label (its value is NODE_NAME)
+    ci_label: bool  # GPU_CI_ID beside GPU_I_ID on MIG series
+    health_detail: bool  # health_error_severity and health_error_category on the health status
+    metrics_file: str  # the shipped metrics file, in the package (exporter/)
+
+
+RELEASES: dict[str, Release] = {
+    r.name: r
+    for r in (
+        Release("4.8.2", "Hostname", False, False, "metrics-4.8.2.csv"),
+        Release("4.8.4", "hostname", True, True, "metrics.csv"),
+        Release("4.9", "hostname", True, True, "metrics-4.9.csv"),
+    )
+}
+ALIASES = {"4.9.0": "4.9"}
+DEFAULT = RELEASES["4.8.4"]
+"""The newest release whose metric names and units are all confirmed: 4.9.0's release notes
+leave part of its renames to secondary sources (exporter/catalog/dcgm-names.csv marks them)."""
+
+
+def parse_release(value: str) -> Release | None:
+    """The release named ``value`` (``4.8.2``, ``4.8.4``, ``4.9`` or ``4.9.0``), else None."""
+    v = value.strip()
+    return RELEASES.get(ALIASES.get(v, v))

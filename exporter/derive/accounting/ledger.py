@@ -1,0 +1,171 @@
+"""The accounting counters across cycles: per holder, per GPU, and the holders that ended.
+
+Each cycle the interval since the previous one is charged with the previous cycle's
+plan (plan.py): every holder's allocated, busy and idle GPU-seconds and its energy
+(joules), and each GPU's unallocated GPU-seconds and unattributed energy. A GPU seen
+for the first time, or again after it was down, only starts its interval. Counters
+start at 0 when a holder is first seen and never go down while the process runs.
+
+A holder that no longer holds its device keeps its final values for ``retention_s``
+seconds (so that the last increments are scraped), then is dropped and counted; a
+holder seen again within that time carries on. At most ``max_holders`` are kept:
+past it the longest-ended go first, and a new holder is not counted at all while
+that many still hold a device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from exporter.derive.accounting.claims import DeviceUse
+from exporter.derive.accounting.plan import GpuPlan, HolderKey, Planner
+from exporter.runtime.ratelimit import RateLimitedLog
+from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+MAX_HOLDERS = 8192
+"""Holders (live and ended) kept at once; each costs well under 1 KiB."""
+DEFAULT_RETENTION_S = 120.0
+DEFAULT_IDLE_BELOW = 0.01
+
+
+@dataclass(slots=True, eq=False)
+class HolderAccount:
+    """Totals of one holder on one device: GPU-seconds and joules."""
+
+    key: HolderKey
+    device_labels: tuple[tuple[str, str], ...]
+    allocated: float = 0.0
+    busy: float = 0.0
+    idle: float = 0.0
+    energy: float = 0.0
+    ended_at: float | None = None  # unix seconds it was last seen holding; None while it holds
+    text: str = ""  # its label text, set by the exposition the first time it is rendered
+    prefixes: tuple[str, ...] = ()  # its sample lines up to the value, likewise
+    final: tuple[str, ...] = ()  # its sample lines once it ended (its values stay)
+
+
+@dataclass(slots=True, eq=False)
+class GpuAccount:
+    """Totals of one physical GPU's parts that no holder has."""
+
+    key: str
+    labels: tuple[tuple[str, str], ...]
+    unallocated: float = 0.0  # GPU-seconds
+    unattributed: float = 0.0  # joules
+    ended_at: float | None = None
+    text: str = ""
+    prefixes: tuple[str, ...] = ()
+
+
+class Ledger:
+    """Owns the counters; :meth:`update` once per published snapshot (worker thread)."""
+
+    def __init__(
+        self,
+        idle_below: float = DEFAULT_IDLE_BELOW,
+        retention_s: float = DEFAULT_RETENTION_S,
+        max_holders: int = MAX_HOLDERS,
+    ) -> None:
+        self.planner = Planner(idle_below)
+        self.retention_s = retention_s
+        self.max_holders = max_holders
+        self.holders: dict[HolderKey, HolderAccount] = {}
+        self.gpus: dict[str, GpuAccount] = {}
+        self.dropped: Counter[str] = Counter()  # reason ("retention", "limit") -> holders
+        self._plans: dict[str, GpuPlan] = {}
+        self._warn = RateLimitedLog(log)
+
+    def update(self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None) -> None:
+        """Charge the interval that ends with ``snap``; ``uses`` as plan.plans takes them."""
+        now = self.planner.plans(snap, uses)
+        for gpu_key, plan in now.items():
+            last = self._plans.get(gpu_key)
+            if last is not None:
+                self._charge(last, plan)
+        live = {share[0] for plan in now.values() for share in plan.shares}
+        self._end(live, set(now), snap.taken_at)  # first: an ended holder can make room
+        for plan in now.values():
+            gpu = self.gpus.get(plan.key)
+            if gpu is None:
+                gpu = self.gpus[plan.key] = GpuAccount(plan.key, plan.labels)
+            gpu.ended_at = None
+            for holder, labels, *_ in plan.shares:
+                self._holder(holder, labels)
+        self._plans = now
+
+    def _charge(self, last: GpuPlan, plan: GpuPlan) -> None:
+        """Charge ``plan``'s GPU for the time since ``last`` with ``last``'s weights."""
+        dt = plan.taken_at - last.taken_at
+        if dt <= 0:
+            return
+        joules = None
+        if last.energy_mj is not None and plan.energy_mj is not None:
+            delta = plan.energy_mj - last.energy_mj
+            joules = delta / 1000.0 if delta >= 0 else None  # a reload restarts the counter
+        holders = self.holders
+        for key, _, alloc, busy, idle, energy in last.shares:
+            acc = holders.get(key)
+            if acc is None:
+                continue  # not counted (past max_holders)
+            acc.allocated += dt * alloc
+            acc.busy += dt * busy
+            if idle:
+                acc.idle += dt * alloc
+            if joules is not None:
+                acc.energy += joules * energy
+        gpu = self.gpus[last.key]
+        gpu.unallocated += dt * max(last.unallocated, 0.0)
+        if joules is not None:
+            gpu.unattributed += joules * max(last.unattributed, 0.0)
+
+    def _holder(self, key: HolderKey, labels: tuple[tuple[str, str], ...]) -> HolderAccount | None:
+        acc = self.holders.get(key)
+        if acc is not None:
+            acc.ended_at = None
+            acc.final = ()
+            return acc
+        if len(self.holders) >= self.max_holders and not self._evict_one():
+            self.dropped["limit"] += 1
+            self._warn.warning(
+                "GPU accounting holds %d holders, its bound; holder %s is not counted",
+                self.max_holders,
+                "/".join(key[1:]) or key[0],
+            )
+            return None
+        acc = self.holders[key] = HolderAccount(key, labels)
+        return acc
+
+    def _evict_one(self) -> bool:
+        """Drop the holder that ended longest ago; False when every holder still holds."""
+        ended = [a for a in self.holders.values() if a.ended_at is not None]
+        if not ended:
+            return False
+        oldest = min(ended, key=lambda a: a.ended_at or 0.0)
+        del self.holders[oldest.key]
+        self.dropped["limit"] += 1
+        return True
+
+    def _end(self, live: set[HolderKey], gpus: set[str], now: float) -> None:
+        """Mark holders and GPUs not seen this cycle as ended; drop those past retention."""
+        gone = []
+        for key, acc in self.holders.items():
+            if key in live:
+                continue
+            if acc.ended_at is None:
+                acc.ended_at = now
+            elif now - acc.ended_at > self.retention_s:
+                gone.append(key)
+        for key in gone:
+            del self.holders[key]
+        self.dropped["retention"] += len(gone)
+        for gpu_key in [k for k in self.gpus if k not in gpus]:
+            g = self.gpus[gpu_key]
+            if g.ended_at is None:
+                g.ended_at = now
+            elif now - g.ended_at > self.retention_s:
+                del self.gpus[gpu_key]

@@ -1,0 +1,174 @@
+"""One cycle's accounting weights per physical GPU: who holds what part, busy, idle, energy.
+
+A plan is what a cycle saw; the ledger charges the interval from this cycle to the
+next with it (the state at an interval's start holds for the whole interval), so the
+error of a holder's totals is at most one collection interval per change.
+
+Per physical GPU, the parts add up by construction: the holders' allocated parts plus
+the unallocated part are 1 (GPU-seconds per second), and their energy parts plus the
+unattributed part are 1 (of the GPU's energy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.derive.accounting.claims import DeviceUse
+from exporter.nvml.devices import Device
+from exporter.snapshot import Snapshot
+
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # mJ since the driver loaded
+UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent, whole GPUs
+MIG_ACTIVITY = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # ratios, GPM
+FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB; whether a device no one holds has memory in use
+# read every cycle whatever the metrics file lists (GPM only when it lists it: it costs)
+ALWAYS_READ = (ENERGY, UTIL, FB_USED)
+
+# (device key, namespace, pod, container); the names are "" for a device holding itself
+HolderKey = tuple[str, str, str, str]
+
+
+# One holder's part of one GPU during an interval: (holder, device labels, alloc, busy,
+# idle, energy). ``alloc``: GPU-seconds per second it holds; ``busy``: of those, busy
+# ones; ``idle``: whether the whole of ``alloc`` counts as idle; ``energy``: its part of
+# the GPU's energy (0..1). A tuple: a cycle makes one per holder.
+Share = tuple[HolderKey, tuple[tuple[str, str], ...], float, float, bool, float]
+_NONE: Mapping[str, float] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """What a device's holders hold, known before its activity is: kept while the device
+    and its holders stay the same objects."""
+
+    key: HolderKey
+    alloc: float  # GPU-seconds per second
+    energy: float  # part of the GPU's energy
+    own: float | None  # its own measured activity (shared GPUs: its SM share), else None
+    running: bool | None
+
+
+@dataclass(slots=True)
+class GpuPlan:
+    """One physical GPU as a cycle saw it."""
+
+    key: str
+    labels: tuple[tuple[str, str], ...]
+    taken_at: float  # unix seconds
+    energy_mj: float | None  # the energy counter, None when it could not be read
+    shares: list[Share] = field(default_factory=list)
+    unallocated: float = 1.0  # GPU-seconds per second nobody held
+    unattributed: float = 1.0  # part of the energy no holder gets
+
+
+def activity(dev: Device, values: Mapping[str, float]) -> float | None:
+    """Measured activity 0..1 of a device: GPU utilization of a whole GPU, GPM SM
+    activity (else graphics-engine activity) of a MIG instance; None when not read."""
+    if not dev.is_mig:
+        util = values.get(UTIL)
+        return None if util is None else min(max(util / 100.0, 0.0), 1.0)
+    for name in MIG_ACTIVITY:
+        v = values.get(name)
+        if v is not None and v == v:  # GPM can answer NaN
+            return min(max(float(v), 0.0), 1.0)
+    return None
+
+
+class Planner:
+    """Builds each cycle's plans; what does not depend on the readings is kept while a
+    device and its holders (the same objects) stay."""
+
+    def __init__(self, idle_below: float) -> None:
+        self.idle_below = idle_below
+        self._parts: dict[str, tuple[Device, DeviceUse | None, tuple[_Part, ...]]] = {}
+        self._layout: tuple[tuple[Device, ...], tuple[Device, ...], list[Any]] = ((), (), [])
+
+    def _gpus(self, snap: Snapshot) -> list[tuple[Device, list[Device]]]:
+        """Each physical GPU with the devices that hold its parts (itself, or its MIG
+        instances), kept while the snapshot's devices are the same objects."""
+        gpus, entities, layout = self._layout
+        if snap.gpus == gpus and snap.entities == entities:  # identity: Device has eq=False
+            return layout
+        by_parent: dict[str, list[Device]] = {}
+        for d in snap.entities:
+            by_parent.setdefault((d.parent or d).key, []).append(d)
+        layout = [(g, by_parent.get(g.key, [])) for g in snap.gpus]
+        self._layout = (snap.gpus, snap.entities, layout)
+        return layout
+
+    def plans(self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None) -> dict[str, GpuPlan]:
+        """Plans of the GPUs of ``snap`` that answered, by GPU key.
+
+        ``uses`` maps device keys to their holders (pod attribution); None without
+        Kubernetes, where every whole GPU and MIG instance is its own holder.
+        """
+        values = snap.values
+        idle_below = self.idle_below
+        kept = self._parts
+        parts = {}
+        out = {}
+        for gpu, devices in self._gpus(snap):
+            plan = GpuPlan(
+                gpu.key, gpu.labels, snap.taken_at, values.get(gpu.key, _NONE).get(ENERGY)
+            )
+            shares = plan.shares
+            for dev in devices:
+                use = None if uses is None else uses.get(dev.key)
+                k = kept.get(dev.key)
+                static = k[2] if k is not None and k[0] is dev and k[1] is use else None
+                if static is None:
+                    static = _parts(dev, use, uses is None)
+                parts[dev.key] = (dev, use, static)
+                if not static:
+                    continue
+                a = activity(dev, values.get(dev.key, _NONE))
+                for p in static:
+                    own = a if p.own is None else p.own
+                    idle = p.running is False or (own is not None and own < idle_below)
+                    shares.append(
+                        (p.key, dev.labels, p.alloc, p.alloc * (own or 0.0), idle, p.energy)
+                    )
+                    plan.unallocated -= p.alloc
+                    plan.unattributed -= p.energy
+            out[gpu.key] = plan
+        self._parts = parts
+        return out
+
+
+def _parts(dev: Device, use: DeviceUse | None, own_holder: bool) -> tuple[_Part, ...]:
+    """The holders' parts of ``dev``; ``own_holder``: without Kubernetes, the device
+    holds itself."""
+    if dev.is_mig:
+        if not (dev.slices and dev.gpu_slices):
+            return ()  # its size is not known: it stays unallocated
+        part = dev.slices / dev.gpu_slices
+    else:
+        part = 1.0
+    if own_holder:
+        return (_Part((dev.key, "", "", ""), part, part, None, None),)
+    if use is None or not use.claims:
+        return ()  # nobody holds it: its part stays unallocated and unattributed
+    claims = use.claims
+    held = sum(c.share for c in claims)
+    shared = len(claims) > 1
+    measured = [c.sm_percent for c in claims if c.sm_percent is not None]
+    sm_total = sum(measured) + use.unattributed_sm_percent if shared and measured else 0.0
+    out = []
+    for c in claims:
+        share = c.share / held
+        own = None
+        if shared and c.sm_percent is not None:
+            own = min(1.0, c.sm_percent / 100.0 / share)  # how much of its share it used
+        energy = (c.sm_percent or 0.0) / sm_total if sm_total > 0 else share
+        out.append(
+            _Part(
+                (dev.key, c.namespace, c.pod, c.container),
+                part * share,
+                part * energy,
+                own,
+                c.running,
+            )
+        )
+    return tuple(out)

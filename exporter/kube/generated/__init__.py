@@ -1,1 +1,0 @@
-"""Generated gRPC stubs (see exporter/kube/protogen.py). Do not edit."""

@@ -1,0 +1,1 @@
+"""The process around the collection: signals, logging, the heap, the CPU the worker offers."""

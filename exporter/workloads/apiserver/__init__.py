@@ -1,0 +1,1 @@
+"""The Kubernetes API server: this node's pods and DRA ResourceSlices, listed and watched."""

@@ -1,0 +1,244 @@
+"""Pod attribution for the poller: kubelet map, optional API-server watch, shared-GPU splits.
+
+The poller calls :meth:`Attribution.refresh` once per cycle, right after the
+collection, then hands :meth:`holders` and :meth:`splits` (plain records) to
+the exposition. Host PIDs on shared devices are joined to pods here, on the
+cycle's data, never from inside the NVML thread. The API
+server is watched only when something needs it (pod UIDs or labels, DRA, or
+joining processes on shared GPUs to pods): a node that needs none of them
+keeps no watch thread and no API-server connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from exporter.config.model import KubeConfig
+from exporter.derive.accounting.claims import DeviceUse
+from exporter.runtime.ratelimit import RateLimitedLog
+from exporter.snapshot import Snapshot, Value
+from exporter.workloads.cgroups import ContainerRef, container_of
+from exporter.workloads.kubelet.podresources import PodResourcesClient
+from exporter.workloads.limits import Drops
+from exporter.workloads.mapper import Mapper, Owner, PodMap
+from exporter.workloads.sharing import Split, split_shared
+from exporter.workloads.usage import Usage, wants_processes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The one container holding a device, with its pod's UID and copied labels when enabled."""
+
+    owner: Owner
+    pod_uid: str = ""
+    labels: tuple[tuple[str, str], ...] = ()  # (label name, value), already sanitized
+    vgpu: str = ""  # --kubernetes-virtual-gpus: its replica IDs of a shared device, comma-separated
+
+
+@dataclass(frozen=True, slots=True)
+class KubeStatus:
+    """Attribution's state for the self-metrics."""
+
+    kubelet_up: bool
+    api_up: bool | None  # None when the API server is not watched
+    unmatched: tuple[tuple[str, int], ...]  # (resource name, device IDs matching no device)
+    attributed: int  # devices held by at least one container
+    dropped: tuple[tuple[str, int], ...] = ()  # (input, items dropped at a bound or invalid)
+    mapping_failures: int = 0  # cycles whose pod mapping failed (last good labels kept)
+
+
+class Attribution:
+    """Owns the kubelet client, the mapper and (lazily) the API-server pod watcher."""
+
+    def __init__(self, cfg: KubeConfig, watcher: Any = None) -> None:
+        self.cfg = cfg
+        self.client = PodResourcesClient(cfg.socket, cfg.timeout_s)
+        self.mapper = Mapper(self.client, cfg.resource_names, self._slice_device)
+        self.watcher = watcher
+        self._watcher_failed = ""
+        self._holders: Mapping[str, Holder] = MappingProxyType({})
+        self._sharers: Mapping[str, tuple[Holder, ...]] = MappingProxyType({})
+        self._built_from: PodMap | None = None  # the map the holders were built from
+        # host PID -> (its /proc entry is visible, its container)
+        self._containers: dict[int, tuple[bool, ContainerRef | None]] = {}
+        self.duration = 0.0
+        self._usage = Usage()
+        self._turn = 0  # cycles asked which process lists to read
+        self._warn = RateLimitedLog(log)
+        if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
+            self._start_watcher()
+
+    # --- API server -------------------------------------------------------
+    def _start_watcher(self) -> None:
+        if self.watcher is not None or self._watcher_failed:
+            return
+        try:
+            from exporter.workloads.apiserver.watch import PodWatcher
+
+            self.watcher = PodWatcher(
+                self.cfg.node_name,
+                label_allow=self.cfg.pod_labels,
+                copy_labels=self.cfg.dcgm_pod_labels,
+                label_allowlist=self.cfg.pod_label_allowlist,
+                dra=self.cfg.dra,
+            )
+            self.watcher.start()
+        except (ValueError, ImportError) as e:  # bad arguments, or a module missing
+            self._watcher_failed = f"API server not usable: {e}"
+            log.warning("%s; pod UIDs, labels, DRA and shared-GPU splits are off", e)
+
+    def _slice_device(self, driver: str, pool: str, name: str) -> Any:
+        return self.watcher.slice_device(driver, pool, name) if self.watcher else None
+
+    # --- per cycle --------------------------------------------------------
+    async def refresh(self, snap: Snapshot) -> None:
+        """Rebuild the device map against the devices of ``snap``; never raises
+        (a failure keeps the last labels, and is counted and logged)."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        try:
+            await self._refresh(snap)
+        except Exception as e:  # the cycle's GPU series are published all the same
+            self.mapper.failures += 1
+            self.mapper.status = f"kube mapping failed: {type(e).__name__}"
+            self._warn.warning("%s: %s; keeping the last pod labels", self.mapper.status, e)
+        self.duration = loop.time() - t0
+
+    async def _refresh(self, snap: Snapshot) -> None:
+        instances = [d for d in snap.entities if d.is_mig]
+        try:
+            await asyncio.wait_for(
+                # down GPUs too: a GPU that fell off the bus keeps its pod on its XID counter
+                self.mapper.refresh(snap.gpus + snap.down, instances),
+                self.cfg.timeout_s + 1,
+            )
+        except TimeoutError:
+            self.mapper.status = "kubelet did not answer in time"
+        pm = self.mapper.map
+        if pm.shared:
+            self._start_watcher()  # joining processes to pods needs pod UIDs
+        if pm is self._built_from and self.watcher is None:
+            return  # the mapper reused its map: the holders are the last ones
+        holders, sharers = self._build_holders(pm)
+        # unchanged holders stay the same objects, so the exposition keeps its label text
+        if holders != self._holders:
+            self._holders = holders
+        if sharers != self._sharers:
+            self._sharers = sharers
+        self._built_from = pm
+
+    @property
+    def joinable(self) -> bool:
+        """Whether host PIDs can be joined to pods (the API server's pods are listed)."""
+        return self.watcher is not None and self.watcher.pods_synced
+
+    def wants_processes(self) -> Callable[[str, Mapping[str, Value]], bool]:
+        """Which devices' processes the collector reads this cycle (workloads/usage.py)."""
+        self._turn += 1
+        trusted = not self.mapper.status
+        return wants_processes(self.mapper.map, self.joinable, self._turn, trusted)
+
+    def usage(self, snap: Snapshot) -> Mapping[str, DeviceUse]:
+        """Holders and unaccounted processes of every device of ``snap``, for accounting
+        (none unaccounted while the kubelet's answer is not current)."""
+        whose = self._whose if self.joinable else None
+        return self._usage.uses(snap, self.mapper.map, whose, not self.mapper.status)
+
+    def holders(self) -> Mapping[str, Holder]:
+        """The container holding each device that exactly one container holds."""
+        return self._holders
+
+    def sharers(self) -> Mapping[str, tuple[Holder, ...]]:
+        """With --kubernetes-virtual-gpus, the containers holding each device that several
+        hold (in the kubelet's order); empty without the flag."""
+        return self._sharers
+
+    def _holder(self, o: Owner, vgpu: str = "") -> Holder:
+        info = self.watcher.pod_by_name(o.namespace, o.pod) if self.watcher else None
+        uid = info.uid if (info is not None and self.cfg.pod_uid) else ""
+        labels = tuple(info.labels.items()) if info is not None else ()  # as copied
+        return Holder(o, uid, labels, vgpu)
+
+    def _build_holders(
+        self, pm: PodMap
+    ) -> tuple[Mapping[str, Holder], Mapping[str, tuple[Holder, ...]]]:
+        one, several = {}, {}
+        for key, owners in pm.owners.items():
+            if len(owners) == 1:
+                one[key] = self._holder(owners[0])
+            elif self.cfg.virtual_gpus:
+                reps = pm.replicas.get(key, {})
+                several[key] = tuple(self._holder(o, ",".join(reps.get(o, ()))) for o in owners)
+        return MappingProxyType(one), MappingProxyType(several)
+
+    def splits(self, snap: Snapshot) -> list[Split]:
+        """Per-container shares of the shared devices of ``snap`` (PIDs joined to pods here)."""
+        live = {p.pid for ps in snap.processes.values() for p in ps}
+        for pid in [p for p in self._containers if p not in live]:
+            del self._containers[pid]  # PIDs get reused
+        return split_shared(snap, self.mapper.map, self._owner_of if self.joinable else None)
+
+    def _owner_of(self, pid: int) -> Owner | None:
+        return self._whose(pid)[1]
+
+    def _whose(self, pid: int) -> tuple[bool, Owner | None]:
+        """(known, owner) of a host PID: known False when the join cannot tell (its /proc
+        entry is not visible, its container not yet listed); owner None when it runs in
+        no pod or in a pod the API server does not know (a deleted pod's leftover)."""
+        got = self._containers.get(pid)
+        if got is None:
+            ref = container_of(pid, self.cfg.host_proc)
+            visible = ref is not None or os.path.isdir(os.path.join(self.cfg.host_proc, str(pid)))
+            got = self._containers[pid] = (visible, ref)
+        visible, ref = got
+        if ref is None or self.watcher is None:
+            return visible, None
+        info = self.watcher.pod(ref.pod_uid)
+        if info is None:
+            return True, None
+        name = info.containers.get(ref.container_id)
+        return (True, Owner(info.namespace, info.name, name)) if name else (False, None)
+
+    # --- status -----------------------------------------------------------
+    def details(self) -> list[str]:
+        """Lines for /ready's details (attribution problems never make the exporter unready)."""
+        out = []
+        if self.mapper.status:
+            out.append(f"pod labels off: {self.mapper.status}")
+        if self._watcher_failed:
+            out.append(self._watcher_failed)
+        elif self.watcher is not None and self.watcher.status:
+            out.append(self.watcher.status)
+        return out
+
+    def status(self) -> KubeStatus:
+        """Reachability, unmatched IDs and held devices, for the self-metrics."""
+        api = None
+        if self.watcher is not None or self._watcher_failed:
+            api = self.watcher is not None and not self.watcher.status
+        counts = Counter(dict(self.mapper.drops.items()))
+        drops: Drops | None = getattr(self.watcher, "drops", None)
+        counts.update(dict(drops.items()) if drops is not None else {})
+        return KubeStatus(
+            not self.mapper.status,
+            api,
+            tuple(sorted(self.mapper.unmatched.items())),
+            len(self.mapper.map.owners),
+            tuple(sorted(counts.items())),
+            self.mapper.failures,
+        )
+
+    async def close(self) -> None:
+        self.mapper.close()
+        await self.client.close()
+        if self.watcher is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.watcher.stop)

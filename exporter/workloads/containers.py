@@ -1,0 +1,236 @@
+"""``--container-labels``: which containers hold which GPU, outside Kubernetes.
+
+Asks a Docker-compatible API (Docker, Podman) on its unix socket, as dcgm-exporter
+4.8.3 does: ``GET /containers/json`` lists the running containers, and
+``GET /containers/<id>/json`` tells what each holds. A container holds the GPUs of
+its ``HostConfig.DeviceRequests`` (a request of driver ``nvidia`` or with the
+capability ``gpu``: its ``DeviceIDs``, else ``Count`` GPUs, all when negative, the
+first ``Count`` by index otherwise, as Docker's own NVIDIA hook picks them), or
+without such a request those its ``NVIDIA_VISIBLE_DEVICES`` names (``all``, GPU
+indexes, ``GPU-<uuid>``, ``MIG-<uuid>``, ``MIG-GPU-<uuid>/<gi>/<ci>``; ``none``,
+``void``: none).
+
+Bounded: each request gets :data:`TIMEOUT_S` and at most :data:`MAX_BYTES` of answer;
+at most :data:`MAX_CONTAINERS` containers are looked at, each inspected once for its
+life (what it holds does not change). The list is asked again once per collection
+interval; when the runtime does not answer, the last answer stays in use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from exporter.exposition import text
+from exporter.nvml.devices import Device
+from exporter.runtime.ratelimit import RateLimited
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 2.0
+MAX_BYTES = 10 << 20
+MAX_CONTAINERS = 1024
+MAX_NAME_BYTES = 128
+MAX_REFS = 256  # devices one container names
+PARALLEL = 8  # inspections at once
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ALL = "all"
+
+
+class AnswerError(Exception):
+    """The runtime's API did not give a usable answer (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A running container and the devices it names (GPU indexes, UUIDs, MIG forms)."""
+
+    name: str
+    refs: tuple[str, ...]
+
+
+def container_name(raw: str) -> str:
+    """Docker's name without its leading ``/``, control characters as ``_``, code points
+    UTF-8 cannot carry as U+FFFD, at most MAX_NAME_BYTES bytes of UTF-8."""
+    name = text.valid(_CONTROL.sub("_", raw.lstrip("/")))
+    data = name.encode()[:MAX_NAME_BYTES]
+    return data.decode("utf-8", "ignore")
+
+
+def holding(inspect: Mapping[str, Any]) -> Holding | None:
+    """What one ``/containers/<id>/json`` answer holds, or None (no GPU, or not a container)."""
+    name = inspect.get("Name")
+    if not isinstance(name, str):
+        return None
+    refs = _requested(inspect.get("HostConfig"))
+    if refs is None:
+        refs = _visible(inspect.get("Config"))
+    return Holding(container_name(name), refs[:MAX_REFS]) if refs else None
+
+
+def _requested(host: Any) -> tuple[str, ...] | None:
+    """Devices of the NVIDIA device requests; None when there is no such request."""
+    reqs = host.get("DeviceRequests") if isinstance(host, dict) else None
+    found: list[str] | None = None
+    for r in reqs if isinstance(reqs, list) else ():
+        if not isinstance(r, dict) or not _is_gpu(r):
+            continue
+        found = found or []
+        ids = r.get("DeviceIDs")
+        count = r.get("Count")
+        if isinstance(ids, list) and ids:
+            found += [str(i) for i in ids if isinstance(i, str | int)][:MAX_REFS]
+        elif isinstance(count, int) and count < 0:
+            found.append(ALL)
+        elif isinstance(count, int):
+            found += [str(i) for i in range(min(count, MAX_REFS))]
+    return tuple(found) if found is not None else None
+
+
+def _is_gpu(request: Mapping[str, Any]) -> bool:
+    if request.get("Driver") == "nvidia":
+        return True
+    caps = request.get("Capabilities")
+    return isinstance(caps, list) and any(isinstance(c, list) and "gpu" in c for c in caps)
+
+
+def _visible(config: Any) -> tuple[str, ...]:
+    env = config.get("Env") if isinstance(config, dict) else None
+    for item in env if isinstance(env, list) else ():
+        if isinstance(item, str) and item.startswith("NVIDIA_VISIBLE_DEVICES="):
+            value = item.split("=", 1)[1].strip()
+            if value in ("", "none", "void"):
+                return ()
+            return tuple(v.strip() for v in value.split(",") if v.strip())[:MAX_REFS]
+    return ()
+
+
+def by_device(held: Iterable[Holding], devices: Iterable[Device]) -> dict[str, tuple[str, ...]]:
+    """Device key -> names of the containers holding it. A container holding a GPU holds
+    its MIG instances too (their series are the GPU's under ``-d f``)."""
+    devs = list(devices)
+    gpus = {d.key: d for d in devs if not d.is_mig}
+    kids: dict[str, list[Device]] = {}
+    for d in devs:
+        if d.is_mig and d.parent is not None:
+            kids.setdefault(d.parent.key, []).append(d)
+    out: dict[str, list[str]] = {}
+    for h in held:
+        keys: dict[str, None] = {}
+        for ref in h.refs:
+            for d in _match(ref, gpus.values(), devs):
+                keys[d.key] = None
+                for kid in kids.get(d.key, ()) if not d.is_mig else ():
+                    keys[kid.key] = None
+        for key in keys:
+            if h.name not in out.setdefault(key, []):
+                out[key].append(h.name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _match(ref: str, gpus: Iterable[Device], devs: list[Device]) -> list[Device]:
+    if ref == ALL:
+        return list(gpus)
+    if ref.isdigit():
+        return [g for g in gpus if g.index == int(ref)]
+    if ref.startswith("MIG-GPU-"):  # MIG-GPU-<uuid>/<gi>/<ci> (drivers before R470)
+        uuid, _, rest = ref[4:].partition("/")
+        gi, _, ci = rest.partition("/")
+        return [
+            d for d in devs
+            if d.is_mig and d.uuid == uuid and str(d.gi) == gi and (not ci or str(d.ci) == ci)
+        ]  # fmt: skip
+    return [d for d in devs if d.key == ref]  # GPU-<uuid>, or a MIG instance's MIG-<uuid>
+
+
+class Runtime:
+    """The container runtime's answers, asked at most once per ``interval_s``."""
+
+    def __init__(self, socket: str, interval_s: float) -> None:
+        self.socket = socket
+        self.interval_s = interval_s
+        self.held: tuple[Holding, ...] = ()
+        self.up = False
+        self._seen: dict[str, Holding | None] = {}  # container ID -> what it holds
+        self._asked = float("-inf")
+        self._session: aiohttp.ClientSession | None = None
+        self._warn = RateLimited(60.0)
+
+    async def refresh(self) -> None:
+        """Ask the runtime again if the last answer is an interval old; on failure keep it."""
+        now = time.monotonic()
+        if now - self._asked < self.interval_s:
+            return
+        self._asked = now
+        try:
+            listed = await self._get("/containers/json")
+            if not isinstance(listed, list):
+                raise AnswerError("the container list is not a JSON list")
+            ids = [c["Id"] for c in listed if isinstance(c, dict) and isinstance(c.get("Id"), str)]
+            if len(ids) > MAX_CONTAINERS:
+                self._warn.log(log, logging.WARNING, "--container-runtime-socket: %d containers; "
+                               "looking at the first %d", len(ids), MAX_CONTAINERS)  # fmt: skip
+                ids = ids[:MAX_CONTAINERS]
+            await self._inspect([i for i in ids if i not in self._seen])
+        except (AnswerError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as e:
+            if self.up or self._warn.ready() is not None:
+                log.warning("--container-runtime-socket %s: %s; keeping the last answer",
+                            self.socket, str(e)[:200] or type(e).__name__)  # fmt: skip
+            self.up = False
+            return
+        self._seen = {i: self._seen[i] for i in ids if i in self._seen}
+        self.held = tuple(h for h in self._seen.values() if h is not None)
+        if not self.up:
+            log.info("--container-runtime-socket %s: %d containers hold GPUs",
+                     self.socket, len(self.held))  # fmt: skip
+        self.up = True
+
+    async def _inspect(self, ids: list[str]) -> None:
+        gate = asyncio.Semaphore(PARALLEL)
+
+        async def one(cid: str) -> None:
+            async with gate:
+                try:
+                    got = await self._get(f"/containers/{cid}/json")
+                except AnswerError as e:
+                    if "404" in str(e):  # gone since the list: not held
+                        return
+                    raise
+            self._seen[cid] = holding(got) if isinstance(got, dict) else None
+
+        await asyncio.gather(*(one(i) for i in ids if re.fullmatch(r"[0-9A-Za-z_.-]{1,128}", i)))
+
+    async def _get(self, path: str) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=self.socket),
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT_S),
+            )
+        async with self._session.get(f"http://localhost{path}") as resp:
+            if resp.status != 200:
+                raise AnswerError(f"GET {path[:80]}: HTTP {resp.status}")
+            if (resp.content_length or 0) > MAX_BYTES:
+                raise AnswerError(f"GET {path[:80]}: answer larger than {MAX_BYTES >> 20} MiB")
+            chunks, size = [], 0
+            async for chunk in resp.content.iter_chunked(1 << 16):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    raise AnswerError(f"GET {path[:80]}: answer larger than {MAX_BYTES >> 20} MiB")
+            body = b"".join(chunks)
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            raise AnswerError(f"GET {path[:80]}: not JSON") from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -1,0 +1,1 @@
+"""Generated gRPC stubs (see exporter/workloads/kubelet/protogen.py). Do not edit."""

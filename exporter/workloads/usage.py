@@ -1,0 +1,176 @@
+"""Who held each device in a cycle, for GPU accounting: claims and unaccounted processes.
+
+From the kubelet's map (which containers hold a device, with their replica IDs) and
+the cycle's process rows (read on shared devices, on devices no one holds that have
+memory in use, and, when host PIDs can be joined to pods, on ``HELD_PER_CYCLE`` of the
+devices one container holds, in turn: see :func:`wants_processes`). A device whose
+processes were not read this cycle keeps what its last read found while its holders
+stay. A process belongs to a holder when its host PID joins to
+that container; it is unaccounted when it is on a device no one holds, or when the
+join says it runs in no pod, in a pod the API server no longer knows, or in a
+container that does not hold the device. A process the join cannot place (no host
+/proc, a pod not yet seen) is taken to be the holders'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from exporter.derive.accounting.claims import Claim, DeviceUse
+from exporter.derive.accounting.plan import FB_USED
+from exporter.nvml.fields import MIB
+from exporter.nvml.processes import ProcUse
+from exporter.snapshot import Snapshot, Value
+from exporter.workloads.mapper import Owner, PodMap
+
+# (known, owner): known False when the join cannot place the PID; owner None when the
+# process belongs to no running container
+Whose = Callable[[int], tuple[bool, Owner | None]]
+HELD_PER_CYCLE = 4
+"""Devices held by one container whose process lists a cycle reads (with the join). A
+list costs two driver calls, modelled at 4.5 ms each (docs/benchmarks.md): reading all 56
+instances of a MIG node every cycle would cost about half a second."""
+
+
+def wants_processes(
+    podmap: PodMap, join: bool, turn: int = 0, trusted: bool = True
+) -> Callable[[str, Mapping[str, Value]], bool]:
+    """Which devices' processes a cycle reads: shared devices always; devices no one
+    holds when memory is in use on them (or its amount was not read), while the map is
+    ``trusted`` (the kubelet's last answer is current: before it or while it fails, a
+    device missing from the map says nothing); devices one container holds only when
+    ``join`` (host PIDs can be joined to pods), and then ``HELD_PER_CYCLE`` of them, the
+    ``turn``-th lot in key order."""
+    owners = podmap.owners
+    sole = sorted(k for k, v in owners.items() if len(v) == 1) if join else []
+    lots = max(1, -(-len(sole) // HELD_PER_CYCLE))
+    first = (turn % lots) * HELD_PER_CYCLE
+    this_turn = frozenset(sole[first : first + HELD_PER_CYCLE])
+
+    def wanted(key: str, values: Mapping[str, Value]) -> bool:
+        held = owners.get(key)
+        if held:
+            return len(held) > 1 or key in this_turn
+        used = values.get(FB_USED)
+        return trusted and (used is None or used > 0)
+
+    return wanted
+
+
+NOBODY = DeviceUse()
+
+
+class Usage:
+    """Builds each cycle's uses. A device whose processes were not read keeps the same
+    DeviceUse object while its holders stay (accounting then reuses what it derived from
+    it): the one of its last read, with the join, else the one without processes."""
+
+    def __init__(self) -> None:
+        # device key -> (its holders, their replica IDs, its use) as last built
+        self._kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
+
+    def uses(
+        self, snap: Snapshot, podmap: PodMap, whose: Whose | None, trusted: bool = True
+    ) -> dict[str, DeviceUse]:
+        """Claims and unaccounted use of every device of ``snap``. ``whose`` joins a host
+        PID to its container; None when processes cannot be joined (no API server). While
+        the map is not ``trusted`` (wants_processes), nothing is unaccounted."""
+        if not trusted:
+            whose = None
+        out = {}
+        kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
+        for dev in snap.entities:
+            key = dev.key
+            procs = snap.processes.get(key)
+            holders = podmap.owners.get(key, ())
+            reps = podmap.replicas.get(key)
+            last = self._kept.get(key)
+            if procs is not None and (trusted or holders):
+                got = _use(key, podmap, procs, whose)
+                if whose is not None and len(holders) == 1:  # read in turn: kept till next
+                    kept[key] = (holders, reps, got)
+            elif (
+                last is not None
+                and last[0] == holders
+                and last[1] == reps
+                and (trusted or not last[2].unaccounted_processes)
+            ):
+                got = last[2]
+                kept[key] = last
+            else:
+                got = _use(key, podmap, None, whose)
+                kept[key] = (holders, reps, got)
+            out[key] = got
+        self._kept = kept
+        return out
+
+
+def device_uses(snap: Snapshot, podmap: PodMap, whose: Whose | None) -> dict[str, DeviceUse]:
+    """Claims and unaccounted use of every device of ``snap`` (:meth:`Usage.uses` without
+    reuse)."""
+    return {d.key: _use(d.key, podmap, snap.processes.get(d.key), whose) for d in snap.entities}
+
+
+def _use(
+    key: str, podmap: PodMap, procs: tuple[ProcUse, ...] | None, whose: Whose | None
+) -> DeviceUse:
+    holders = podmap.owners.get(key, ())
+    if not holders:
+        return DeviceUse((), _bytes(procs), len(procs)) if procs else NOBODY
+    return _held(holders, podmap.replicas.get(key, {}), procs, whose)
+
+
+def _bytes(rows: tuple[ProcUse, ...] | list[ProcUse]) -> float:
+    return sum(p.used_mib or 0.0 for p in rows) * MIB
+
+
+def _held(
+    holders: tuple[Owner, ...],
+    reps: Mapping[Owner, tuple[str, ...]],
+    procs: tuple[ProcUse, ...] | None,
+    whose: Whose | None,
+) -> DeviceUse:
+    """A held device: each holder's share and, where processes were joined, its SM
+    utilization and whether it ran anything; the processes of no holder."""
+    shares = [float(len(reps.get(o, ())) or 1) for o in holders]
+    if procs is None or whose is None:
+        running = None if procs is None else bool(procs)
+        sole = len(holders) == 1
+        return DeviceUse(
+            tuple(
+                Claim(o.namespace, o.pod, o.container, s, running=running if sole else None)
+                for o, s in zip(holders, shares, strict=True)
+            )
+        )
+    sm = dict.fromkeys(holders, 0.0)
+    count = dict.fromkeys(holders, 0)
+    strays: list[ProcUse] = []
+    stray_sm = 0.0
+    placed = 0
+    for p in procs:
+        known, owner = whose(p.pid)
+        if owner in sm:
+            assert owner is not None
+            sm[owner] += p.sm_util or 0.0
+            count[owner] += 1
+            placed += 1
+        elif known:
+            strays.append(p)
+            stray_sm += p.sm_util or 0.0
+    # On a device where no process could be placed at all (host PIDs not visible), say
+    # nothing per holder rather than call every holder idle.
+    joined = placed > 0 or not procs or len(strays) == len(procs)
+    shared = len(holders) > 1
+    claims = tuple(
+        Claim(
+            o.namespace,
+            o.pod,
+            o.container,
+            s,
+            sm[o] if (joined and shared) else None,
+            count[o] > 0 if joined else None,
+        )
+        for o, s in zip(holders, shares, strict=True)
+    )
+    return DeviceUse(claims, _bytes(strays), len(strays), stray_sm if shared else 0.0)
