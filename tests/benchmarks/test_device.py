@@ -1,4 +1,4 @@
-"""python3 -m benchmarks.device on the simulator, as CI runs it: green on a faithful
+"""python3 -m tools.devicecheck on the simulator, as CI runs it: green on a faithful
 driver, red with a table on a skewed one, a partial report when cut short, and the
 field-support matrix of docs/compatibility.md current."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.device.compare import CHECKS
-from benchmarks.device.probes import PROBES
 from tests.procs import ROOT, wait_until
+from tools.devicecheck.compare import CHECKS
+from tools.devicecheck.probes import PROBES
 
 GB200 = "exporter/sim/fleets/gb200.yaml"
 QUICK = ("--cycles", "2", "--interval", "0.3", "--calls", "20")
@@ -24,7 +24,7 @@ QUICK = ("--cycles", "2", "--interval", "0.3", "--calls", "20")
 
 def device(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.device", *args],
+        [sys.executable, "-m", "tools.devicecheck", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -102,7 +102,7 @@ def test_a_skewed_field_fails_with_a_table(tmp_path: Path):
 
 
 def test_a_run_cut_short_leaves_its_report(tmp_path: Path):
-    argv = [sys.executable, "-m", "benchmarks.device", "--simulate", GB200]
+    argv = [sys.executable, "-m", "tools.devicecheck", "--simulate", GB200]
     argv += ["--out", str(tmp_path), "--cycles", "1000", "--interval", "0.2", "--no-process"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:

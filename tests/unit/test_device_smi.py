@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.device.compare import CHECKS, Check, judge
-from benchmarks.device.nvsmi import GpuInstance, Smi, SmiError
+from tools.devicecheck.compare import CHECKS, Check, judge
+from tools.devicecheck.nvsmi import GpuInstance, Smi, SmiError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "nvidia-smi"
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks.device.compare import Row
-from benchmarks.device.nvsmi import GpuInstance
 from exporter.snapshot import Snapshot
+from tools.devicecheck.compare import Row
+from tools.devicecheck.nvsmi import GpuInstance
 
 ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 

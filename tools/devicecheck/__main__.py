@@ -1,4 +1,4 @@
-"""python3 -m benchmarks.device [--out DIR] [--simulate [FLEET]] [--skew METHOD:DELTA] ...
+"""python3 -m tools.devicecheck [--out DIR] [--simulate [FLEET]] [--skew METHOD:DELTA] ...
 
 On a node with the NVIDIA driver: runs the exporter's collector against the real
 libnvidia-ml and compares every exported field nvidia-smi can show, at the same
@@ -24,11 +24,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from benchmarks.device import docmatrix, phases, report
-from benchmarks.device.node import Unusable, describe, open_node
-from benchmarks.device.nvsmi import SmiError
-from benchmarks.device.simsmi import SKEWABLE, skewed
 from exporter.sim import FLEETS_DIR
+from tools.devicecheck import docmatrix, phases, report
+from tools.devicecheck.node import Unusable, describe, open_node
+from tools.devicecheck.nvsmi import SmiError
+from tools.devicecheck.simsmi import SKEWABLE, skewed
 
 SKEW_ENV = "GPU_EXPORTER_DEVICE_SKEW"
 
@@ -47,7 +47,7 @@ def _skew(text: str) -> tuple[str, float]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python3 -m benchmarks.device", description=__doc__.split("\n\n")[1]
+        prog="python3 -m tools.devicecheck", description=__doc__.split("\n\n")[1]
     )
     p.add_argument(
         "--out",
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     res: dict[str, Any] = {"complete": False, "phase": "start"}
     res["about"] = {
-        "command": shlex.join(["python3", "-m", "benchmarks.device", *args_in]),
+        "command": shlex.join(["python3", "-m", "tools.devicecheck", *args_in]),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
 

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.device import calls, compare, crosschecks, matrix, probes, process
-from benchmarks.device.node import Node
-from benchmarks.device.nvsmi import SmiError
 from exporter.collector import Collector
 from exporter.sim.latency import DEFAULT_COSTS_US, DEFAULT_US
 from exporter.snapshot import Snapshot
+from tools.devicecheck import calls, compare, crosschecks, matrix, probes, process
+from tools.devicecheck.node import Node
+from tools.devicecheck.nvsmi import SmiError
 
 Result = dict[str, Any]
 Save = Callable[[str], None]

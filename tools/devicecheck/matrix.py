@@ -5,7 +5,7 @@ A cell says what happened to the field on that model's GPUs during the run: ``ye
 NOT_SUPPORTED on MIG-enabled ones), or ``no (CODE)``, CODE being NVML's answer to the
 field's source: NOT_SUPPORTED, FUNCTION_NOT_FOUND (the driver lacks the call), or
 "no GPM" for profiling fields on GPUs without GPM. Sources are read from the NVML calls
-the exporter made (benchmarks/device/calls.py), not from the exporter's own bookkeeping.
+the exporter made (tools/devicecheck/calls.py), not from the exporter's own bookkeeping.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Any
 
 import pynvml as N
 
-from benchmarks.device.calls import Recorder, handle_key
 from exporter.catalog.metricsfile import Catalog, parse
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import FIELDS, Field, Scope, Source
 from exporter.nvml.session import code_name
 from exporter.snapshot import Snapshot
+from tools.devicecheck.calls import Recorder, handle_key
 
 READ = (Source.FIELD, Source.CALL, Source.LABEL, Source.GPM, Source.FABRIC)
 MATRIX_FIELDS = tuple(name for name, f in FIELDS.items() if f.source in READ)

@@ -76,7 +76,7 @@ def markdown(result: dict[str, Any]) -> str:
             "## Every compared field",
             "",
             "Values are nvidia-smi before / the exporter / nvidia-smi after, in the exporter's"
-            " unit; the tolerance says what counts as agreement (benchmarks/device/compare.py).",
+            " unit; the tolerance says what counts as agreement (tools/devicecheck/compare.py).",
             "",
             table(
                 ["field", "nvidia-smi", "tolerance", "compared", "verdict", "example"],

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from benchmarks.device.nvsmi import Run, SmiError
 from exporter.sim.devices import GpuState, MiB
 from exporter.sim.driver import SimDriver
+from tools.devicecheck.nvsmi import Run, SmiError
 
 # State methods a skew may change, captured here before any skew.
 SKEWABLE = ("temperature_c", "power_mw", "util", "sm_clock", "energy_mj", "fan_percent")

@@ -3,7 +3,7 @@
 No flag is needed to find the driver: pynvml loads ``libnvidia-ml.so.1`` as the dynamic
 loader finds it, and where that fails the usual install places (the NVIDIA container
 toolkit's, the GPU Operator's driver container mount) are tried. nvidia-smi is looked
-up the same way (benchmarks/device/nvsmi.py).
+up the same way (tools/devicecheck/nvsmi.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 
 import pynvml as N
 
-from benchmarks.device import nvsmi, simsmi
 from exporter import sim
 from exporter.sim.driver import SimDriver
+from tools.devicecheck import nvsmi, simsmi
 
 LIBRARY_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
