@@ -246,6 +246,16 @@ class Exporter(Process):
         assert status == 200, (status, body[:300])
         return body.decode()
 
+    def bodies(self) -> tuple[bytes, bytes]:
+        """The exposition as served: (plain, gzip) bytes."""
+        out = []
+        for headers in ({}, {"Accept-Encoding": "gzip"}):
+            status, _, body = self.get("/metrics", headers, timeout=10.0)
+            if status != 200:
+                raise RuntimeError(f"GET /metrics answered {status}: {body[:300]!r}")
+            out.append(body)
+        return out[0], out[1]
+
     def wait_metrics(
         self, pred: Callable[[str], object], timeout: float = 10.0, what: str = "metrics"
     ) -> str:

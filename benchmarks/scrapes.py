@@ -150,14 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval-ms", type=int, default=1000, help="the exporter's -c")
     p.add_argument("flags", nargs="*", help="more exporter flags (after --)")
     a = p.parse_args(argv)
-    from benchmarks.suite import bodies  # the suite imports this module
-
     work = Path(tempfile.mkdtemp(prefix="gpu-exporter-scrapes-"))
     with procs.ours(a.fleet, a.interval_ms, work / "exporter.log", a.flags) as ours:
         ours.wait_http("/ready")
         time.sleep(3.0)
         idle = procs.cpu_rate(ours, 5.0)
-        with floor_server(work, *bodies(ours)) as floor_port:
+        with floor_server(work, *ours.bodies()) as floor_port:
             load = (a.requests * a.repeats, 2.0, a.repeats)
             rows, floor = paired(
                 ours.port, floor_port, [(a.scrapers, not a.plain)], load, ours, idle

@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks import churn, fleets, machine, peer, pods, procs
 from benchmarks.fleets import FleetCase
-from benchmarks.procs import ROOT, Process
+from benchmarks.procs import ROOT
 from benchmarks.scrapes import floor_server, paired
 from benchmarks.scrapes import scrapes as scrape_rows
 
@@ -79,17 +79,9 @@ QUICK = Sizes(
 )
 
 
-def _child(module: str, *args: str, python: str = sys.executable) -> dict[str, Any]:
-    p = subprocess.run(
-        [python, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    if p.returncode != 0:
-        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 def _children(*jobs: tuple[str, list[str]]) -> list[dict[str, Any]]:
-    """Several ``_child`` runs at once; their JSON results in order."""
+    """``python -m module args`` for each (module, args) at once: the JSON each printed
+    last, in order."""
     running = [
         subprocess.Popen(
             [sys.executable, "-m", module, *args],
@@ -107,6 +99,11 @@ def _children(*jobs: tuple[str, list[str]]) -> list[dict[str, Any]]:
             raise RuntimeError(f"{module} {' '.join(args)} failed:\n{stderr[-3000:]}")
         out.append(json.loads(stdout.strip().splitlines()[-1]))
     return out
+
+
+def _child(module: str, *args: str) -> dict[str, Any]:
+    """``python -m module args`` in a process of its own: the JSON it printed last."""
+    return _children((module, list(args)))[0]
 
 
 def measure_pods(
@@ -132,7 +129,7 @@ def measure_pods(
             rss = p.rss()
             rates = procs.cpu_rates(p, s.cpu_window_s if scrape else s.scale_cpu_window_s)
             idle = rates["process"]
-            plain, gzipped = bodies(p)
+            plain, gzipped = p.bodies()
             if scrape:
                 configs = [(10, True), (10, False)]
                 scrapes = scrape_rows(p.port, configs, s.scale_requests, s.spread_s, 1, p, idle)
@@ -148,18 +145,6 @@ def measure_pods(
         "gzip_bytes": len(gzipped),
         "scrapes": scrapes,
     }
-
-
-def bodies(proc: Process) -> tuple[bytes, bytes]:
-    """The exposition as served: (plain, gzip)."""
-    import urllib.request
-
-    with urllib.request.urlopen(proc.url + "/metrics", timeout=10) as r:
-        plain = r.read()
-    req = urllib.request.Request(proc.url + "/metrics", headers={"Accept-Encoding": "gzip"})
-    with urllib.request.urlopen(req, timeout=10) as r:
-        gzipped = r.read()
-    return plain, gzipped
 
 
 def measure_process(
@@ -181,7 +166,7 @@ def measure_process(
         log(f"  {case.name}: scrapes {configs}")
         if target:
             # The floor server shares each run with the exporter: same bytes, client, machine load.
-            plain, gzipped = bodies(p)
+            plain, gzipped = p.bodies()
             with floor_server(work, plain, gzipped) as floor_port:
                 rows, floor = paired(p.port, floor_port, configs, load, p, idle)
         else:
