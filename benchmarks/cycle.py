@@ -23,37 +23,18 @@ from typing import Any
 
 from benchmarks.accounting import measure as measure_batches
 from benchmarks.procs import rss_mib
-from exporter import sim
-from exporter.catalog.metricsfile import load
-from exporter.collector import Collector
-from exporter.config.model import default_metrics_file
-from exporter.poller import Poller
-
-EPOCH = 1.8e9  # unix time the collector's clock starts at (any fixed value)
+from benchmarks.simnode import SimNode
 
 
 def measure(fleet: str, cycles: int, warmup: int) -> dict[str, Any]:
-    clock = sim.ManualClock()
-    driver = sim.install(fleet, clock=clock)
-    catalog = load(default_metrics_file())
-    collector = Collector(catalog, "bench-node", clock=lambda: EPOCH + clock())
-    poller = Poller(catalog, collector, interval_s=1.0, timeout_s=10.0)
-
-    def one() -> tuple[float, float, float]:
-        clock.advance(1.0)
-        c0, w0 = time.process_time(), time.perf_counter()
-        snap = collector.collect()
-        c1, w1 = time.process_time(), time.perf_counter()
-        poller.publish(snap)
-        c2 = time.process_time()
-        return c1 - c0, w1 - w0, c2 - c1
-
+    node = SimNode(fleet)
     for _ in range(warmup):
-        one()
+        node.timed_cycle()
     p0, t0 = time.process_time(), time.thread_time()
-    result = measure_batches(one, driver, cycles)
+    result = measure_batches(node.timed_cycle, node.driver, cycles)
     # CPU of the process's other threads (the XID thread) over both passes; in *own*
     others_ms = ((time.process_time() - p0) - (time.thread_time() - t0)) * 1e3
+    poller = node.poller
     expo = poller.exposition
     snap = poller.snapshot
     assert snap is not None and snap.ok, snap and snap.problems
@@ -70,9 +51,7 @@ def measure(fleet: str, cycles: int, warmup: int) -> dict[str, Any]:
             "rss_mib": rss_mib(os.getpid()),
         }
     )
-    collector.close()
-    poller.close()
-    sim.uninstall()
+    node.close()
     return result
 
 

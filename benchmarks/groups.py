@@ -24,23 +24,23 @@ import time
 from typing import Any
 
 from benchmarks.accounting import instrument
-from exporter import sim
-from exporter.catalog.groups import resolve
-from exporter.catalog.metricsfile import load
-from exporter.collector import Collector
-from exporter.config.model import Collection, default_metrics_file
-from exporter.poller import Poller
+from benchmarks.simnode import SimNode
+from exporter.config.model import Collection
 
 FIELDS = ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
 
 
 async def run(seconds: float, interval_s: float, every_s: float | None) -> dict[str, Any]:
-    driver = sim.install(None)
-    catalog = load(default_metrics_file())
     collections = (Collection("fast", every_s, FIELDS),) if every_s else ()
-    col = Collector(catalog, "bench-node", groups=resolve(catalog, collections))
-    poller = Poller(catalog, col, interval_s, min(interval_s, 10.0))
-    calls = instrument(driver).calls
+    node = SimNode(
+        None,
+        manual=False,
+        collections=collections,
+        interval_s=interval_s,
+        timeout_s=min(interval_s, 10.0),
+    )
+    poller = node.poller
+    calls = instrument(node.driver).calls
     took: dict[bool, list[float]] = {False: [], True: []}
     publish = poller.publish
 
@@ -57,9 +57,7 @@ async def run(seconds: float, interval_s: float, every_s: float | None) -> dict[
     with contextlib.suppress(asyncio.CancelledError):
         await task
     cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
-    col.close(1.0)
-    poller.close()
-    sim.uninstall()
+    node.close(1.0)
     gpus = 8
     return {
         "collection": f"{FIELDS} every {every_s} s" if every_s else "none",

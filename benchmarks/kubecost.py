@@ -99,18 +99,10 @@ def measure_process(
 
 def _devices(fleet: Path) -> tuple[list[Any], list[Any]]:
     """(GPUs, MIG instances) of one collection on the simulated fleet."""
-    from exporter import sim
-    from exporter.catalog.metricsfile import load
-    from exporter.collector import Collector
-    from exporter.config.model import default_metrics_file
+    from benchmarks.simnode import SimNode
 
-    sim.install(fleet)
-    col = Collector(load(default_metrics_file()), "bench-node")
-    try:
-        snap = col.collect()
-    finally:
-        col.close()
-        sim.uninstall()
+    with SimNode(fleet, manual=False) as node:
+        snap = node.collector.collect()
     return list(snap.gpus), [d for d in snap.entities if d.is_mig]
 
 

@@ -50,23 +50,12 @@ def py_spy() -> str:
 
 def loop(fleet: str, seconds: float) -> None:
     """The profiled child: collection cycles back to back for `seconds`."""
-    from exporter import sim
-    from exporter.catalog.metricsfile import load
-    from exporter.collector import Collector
-    from exporter.config.model import default_metrics_file
-    from exporter.poller import Poller
+    from benchmarks.simnode import SimNode
 
-    clock = sim.ManualClock()
-    sim.install(fleet, clock=clock)
-    catalog = load(default_metrics_file())
-    collector = Collector(catalog, "bench-node", clock=lambda: 1.8e9 + clock())
-    poller = Poller(catalog, collector, interval_s=1.0, timeout_s=10.0)
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        clock.advance(1.0)
-        poller.publish(collector.collect())
-    collector.close()
-    poller.close()
+    with SimNode(fleet) as node:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            node.poller.publish(node.cycle())
 
 
 def _stacks(raw: Path) -> list[tuple[list[str], int]]:
