@@ -22,6 +22,9 @@ benchmarks and the nvitop-exporter runner (``peer_cycle.py``) alike.
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -217,3 +220,23 @@ def measure(one: Cycle, driver: Any, cycles: int) -> dict[str, Any]:
         "net_batches_ms": [round(b["net_ms"], 3) for b in batches],
         "wrapper_cost_us": per_call * 1e6,
     }
+
+
+def cycles_main(
+    measure: Callable[[str, int, int], dict[str, Any]],
+    prog: str,
+    doc: str,
+    cycles: int,
+    warmup: int,
+    argv: list[str] | None = None,
+) -> int:
+    """The command line of a cycle benchmark (``FLEET [--cycles N] [--warmup N]``, these
+    the defaults): ``measure(fleet, cycles, warmup)`` printed as one JSON line."""
+    p = argparse.ArgumentParser(prog=prog, description=doc)
+    p.add_argument("fleet", help="fleet YAML file")
+    p.add_argument("--cycles", type=int, default=cycles)
+    p.add_argument("--warmup", type=int, default=warmup)
+    args = p.parse_args(argv)
+    json.dump(measure(args.fleet, args.cycles, args.warmup), sys.stdout)
+    print()
+    return 0

@@ -14,13 +14,12 @@ XID thread, waiting), which the exporter's own CPU includes.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 from typing import Any
 
+from benchmarks.accounting import cycles_main
 from benchmarks.accounting import measure as measure_batches
 from benchmarks.procs import rss_mib
 from benchmarks.simnode import SimNode
@@ -56,14 +55,7 @@ def measure(fleet: str, cycles: int, warmup: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.cycle", description=__doc__)
-    p.add_argument("fleet", help="fleet YAML file")
-    p.add_argument("--cycles", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=5)
-    args = p.parse_args(argv)
-    json.dump(measure(args.fleet, args.cycles, args.warmup), sys.stdout)
-    print()
-    return 0
+    return cycles_main(measure, "python -m benchmarks.cycle", __doc__, 50, 5, argv)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,11 @@ accounting: benchmarks/accounting.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from typing import Any
 
+from benchmarks.accounting import cycles_main
 from benchmarks.accounting import measure as measure_batches
 from exporter import sim
 
@@ -69,14 +68,7 @@ def measure(fleet: str, cycles: int, warmup: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.peer_cycle", description=__doc__)
-    p.add_argument("fleet")
-    p.add_argument("--cycles", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    args = p.parse_args(argv)
-    json.dump(measure(args.fleet, args.cycles, args.warmup), sys.stdout)
-    print()
-    return 0
+    return cycles_main(measure, "python -m benchmarks.peer_cycle", __doc__, 10, 2, argv)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks import scale
@@ -259,62 +260,21 @@ def _peer_section(add: Any, res: dict[str, Any], p: dict[str, Any], d: dict[str,
             return "n/a"
         return f"{a / b:.1f}x"
 
-    add(
-        _row(
-            "CPU per cycle, as measured, ms",
-            _f(ours_c["cycle_cpu_ms"]),
-            _f(pc["cycle_cpu_ms"]),
-            ratio(pc["cycle_cpu_ms"], ours_c["cycle_cpu_ms"]),
-        )
-    )
-    add(
-        _row(
-            "**CPU per cycle, net** (own + modelled driver), ms",
-            _f(_net(ours_c)),
-            _f(_net(pc)),
-            ratio(_net(pc), _net(ours_c)),
-        )
-    )
-    add(
-        _row(
-            "of which modelled driver calls, ms",
-            _f(ours_c["modelled_driver_ms"]),
-            _f(pc["modelled_driver_ms"]),
-            ratio(pc["modelled_driver_ms"], ours_c["modelled_driver_ms"]),
-        )
-    )
-    add(
-        _row(
-            "NVML calls per cycle",
-            f"{ours_c['nvml_calls']:.0f}",
-            f"{pc['nvml_calls']:.0f}",
-            ratio(pc["nvml_calls"], ours_c["nvml_calls"]),
-        )
-    )
-    add(
-        _row(
-            "cycle wall time, ms",
-            _f(ours_c["collect_wall_ms"]),
-            _f(pc["collect_wall_ms"]),
-            ratio(pc["collect_wall_ms"], ours_c["collect_wall_ms"]),
-        )
-    )
-    add(
-        _row(
-            "process CPU at a 1 s interval, % of a core",
-            _f(ours_p["cpu_1s"] * 100),
-            _f(p["cpu_1s"] * 100),
-            ratio(p["cpu_1s"], ours_p["cpu_1s"]),
-        )
-    )
-    add(
-        _row(
-            "RSS after warm-up, MiB",
-            _f(ours_p["rss_mib"], 1),
-            _f(p["rss_mib"], 1),
-            ratio(p["rss_mib"], ours_p["rss_mib"]),
-        )
-    )
+    def compare(label: str, ours: float, theirs: float, show: Callable[[float], str] = _f) -> None:
+        add(_row(label, show(ours), show(theirs), ratio(theirs, ours)))
+
+    for label, ours, theirs, show in (
+        ("CPU per cycle, as measured, ms", ours_c["cycle_cpu_ms"], pc["cycle_cpu_ms"], _f),
+        ("**CPU per cycle, net** (own + modelled driver), ms", _net(ours_c), _net(pc), _f),
+        ("of which modelled driver calls, ms", ours_c["modelled_driver_ms"],
+         pc["modelled_driver_ms"], _f),
+        ("NVML calls per cycle", ours_c["nvml_calls"], pc["nvml_calls"], "{:.0f}".format),
+        ("cycle wall time, ms", ours_c["collect_wall_ms"], pc["collect_wall_ms"], _f),
+        ("process CPU at a 1 s interval, % of a core", ours_p["cpu_1s"], p["cpu_1s"],
+         lambda v: _f(v * 100)),
+        ("RSS after warm-up, MiB", ours_p["rss_mib"], p["rss_mib"], lambda v: _f(v, 1)),
+    ):  # fmt: skip
+        compare(label, ours, theirs, show)
     add(_row("series", f"{ours_c['series']:,}", f"{pc['series']:,}", ""))
     add(_row("exposition, plain", _kib(ours_c["plain_bytes"]), _kib(pc["plain_bytes"]), ""))
     add(
@@ -335,33 +295,13 @@ def _peer_section(add: Any, res: dict[str, Any], p: dict[str, Any], d: dict[str,
         who = f"{r['scrapers']} scraper" + ("s" if r["scrapers"] > 1 else "")
         for stat in ("p50", "p99"):
             key = f"{stat}_ms"
-            add(
-                _row(
-                    f"scrape {stat}, {who}, {enc}, ms",
-                    _f(o[key]),
-                    _f(r[key]),
-                    ratio(r[key], o[key]),
-                )
-            )
+            label = f"scrape {stat}, {who}, {enc}, ms"
+            compare(label, o[key], r[key])
             if q:
-                add(
-                    _row(
-                        f"scrape {stat}, {who}, {enc}, ms, its collector idle (`--interval 60`)",
-                        _f(o[key]),
-                        _f(q[key]),
-                        ratio(q[key], o[key]),
-                    )
-                )
+                compare(f"{label}, its collector idle (`--interval 60`)", o[key], q[key])
         if q:
-            cpu = q["server_cpu_us"]
-            add(
-                _row(
-                    f"server CPU per scrape, {who}, {enc}, µs (its collector idle)",
-                    _f(o["server_cpu_us"], 0),
-                    _f(cpu, 0),
-                    ratio(cpu, o["server_cpu_us"]),
-                )
-            )
+            label = f"server CPU per scrape, {who}, {enc}, µs (its collector idle)"
+            compare(label, o["server_cpu_us"], q["server_cpu_us"], lambda v: _f(v, 0))
     add("")
     top = ", ".join(f"`{k}` {v:.1f} ms" for k, v in pc["modelled_by_function_ms"].items())
     need = pc["cycle_cpu_ms"] / 1e3
