@@ -1,4 +1,4 @@
-"""The device check's probes (benchmarks/probes.py) run through on the simulated driver:
+"""The device check's probes (tools/devicecheck/nvmlprobes.py) run through on the simulated driver:
 each answers, none raises, and the answers are the simulator's beliefs that a real GPU
 is to confirm."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pynvml
 
-from benchmarks.probes import PROBES, run_all
 from exporter import sim
+from tools.devicecheck.nvmlprobes import PROBES, run_all
 
 
 def test_every_probe_answers_on_the_simulated_driver():

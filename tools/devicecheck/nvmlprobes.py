@@ -9,7 +9,7 @@ the exporter is tested against; a real answer that differs is a bug in the simul
 first. docs/compatibility.md and the exporter's modules say which answer each
 behaviour relies on.
 
-    from benchmarks.probes import run_all
+    from tools.devicecheck.nvmlprobes import run_all
     answers = run_all(pynvml, pynvml.nvmlDeviceGetHandleByIndex(0))
 """
 
