@@ -1,5 +1,8 @@
 """The registry of simulated NVML C functions, filled by the modules that implement them.
 
+The implementing modules register their functions with the decorators below when
+they are imported; exporter/sim/library.py imports them all.
+
 Three kinds of call, by what the library checks before running one:
 - system: the library is initialized and the driver is loaded;
 - device: as system, and the first argument is a live device handle (the
@@ -10,7 +13,6 @@ Three kinds of call, by what the library checks before running one:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -55,29 +57,6 @@ def device(*names: str, mig: bool = False) -> Callable[[Impl], Impl]:
 def raw(*names: str) -> Callable[[RawImpl], RawImpl]:
     """impl(driver, *c_args) -> nvmlReturn."""
     return _register("raw", names)
-
-
-@functools.cache
-def implemented_names() -> frozenset[str]:
-    """Every NVML C function name the simulator implements."""
-    load_all()
-    return frozenset(FUNCTIONS)
-
-
-def load_all() -> dict[str, Call]:
-    # Importing the implementing modules registers their functions.
-    from exporter.sim import (  # noqa: F401
-        events,
-        fabric,
-        fields,
-        gpm,
-        identity,
-        processes,
-        session,
-        telemetry,
-    )
-
-    return FUNCTIONS
 
 
 def value(x: Any) -> Any:

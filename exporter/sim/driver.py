@@ -9,7 +9,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +17,16 @@ import pynvml
 from exporter.sim import pods
 from exporter.sim.clock import ManualClock
 from exporter.sim.devices import Device, GpuState
-from exporter.sim.events import EventHub
+from exporter.sim.driverview import ModuleState
+from exporter.sim.eventsets import EventHub
 from exporter.sim.faultkinds import KINDS
 from exporter.sim.faults import Fault
 from exporter.sim.fleet import Fleet, coerce
-from exporter.sim.gpm import GpmSamples
+from exporter.sim.gpmsamples import GpmSamples
 from exporter.sim.kmsg import KernelLog
 from exporter.sim.library import SimLibrary
 
 _INF = math.inf
-
-
-@dataclass
-class ModuleState:
-    """The kernel module and the user-space library: versions and a pending unload."""
-
-    installed: str  # the driver on disk: what a process starting now loads
-    loaded: str | None = None  # the kernel module's version; None while unloaded
-    process: str | None = None  # the library this process loaded at its first nvmlInit
-    load_at: float = _INF  # when an unloaded module is loaded again
-    pending_unload: float | None = None  # an unload waiting for NVML's clients (its duration)
-    refused_unloads: int = 0  # rmmod attempts refused because NVML was in use
 
 
 class SimDriver:

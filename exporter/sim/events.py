@@ -2,10 +2,10 @@
 (or nvmlEventSetWait, whose event data lacks the MIG instance ids).
 
 An event reaches a set when the set registered the event's GPU for its type
-before the event happened. nvmlEventSetWait_v2 blocks on the driver's
-condition variable (the driver lock is released while waiting) and wakes when
-an event is published, when sim time moves (ManualClock) or when a scheduled
-fault falls due.
+before the event happened (the sets themselves: exporter/sim/eventsets.py).
+nvmlEventSetWait_v2 blocks on the driver's condition variable (the driver lock
+is released while waiting) and wakes when an event is published, when sim time
+moves (ManualClock) or when a scheduled fault falls due.
 """
 
 from __future__ import annotations
@@ -13,80 +13,29 @@ from __future__ import annotations
 import ctypes
 import math
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out, value
 from exporter.sim.clock import ManualClock
-from exporter.sim.devices import NA, GpuState, new_handle
+from exporter.sim.devices import GpuState
+from exporter.sim.driverview import DriverView
+from exporter.sim.eventsets import Event
 
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
-
-MAX_QUEUED = 1024  # per set; the oldest events are dropped beyond this
 _DEVICE_OFFSET = pynvml.c_nvmlEventData_t.device.offset
 
 
-@dataclass(frozen=True)
-class Event:
-    gpu: GpuState
-    type: int
-    data: int
-    at: float
-    gi: int
-    ci: int
-
-
-@dataclass(eq=False)
-class EventSet:
-    key: bytes
-    buf: Any
-    registered: dict[int, tuple[int, float]] = field(default_factory=dict)  # gpu -> mask, since
-    queue: deque[Event] = field(default_factory=lambda: deque(maxlen=MAX_QUEUED))
-    freed: bool = False
-
-
-class EventHub:
-    """All event sets of a driver (use with the driver lock held)."""
-
-    def __init__(self) -> None:
-        self.sets: dict[bytes, EventSet] = {}
-
-    def create(self) -> EventSet:
-        buf, key = new_handle()
-        es = EventSet(key, buf)
-        self.sets[key] = es
-        return es
-
-    def publish(
-        self,
-        gpu: GpuState,
-        type_: int,
-        data: int,
-        at: float,
-        gi: int | None = None,
-        ci: int | None = None,
-    ) -> None:
-        event = Event(gpu, type_, data, at, NA if gi is None else gi, NA if ci is None else ci)
-        for es in self.sets.values():
-            mask, since = es.registered.get(gpu.index, (0, math.inf))
-            if mask & type_ and at >= since:
-                es.queue.append(event)
-
-
 @calls.system("nvmlEventSetCreate")
-def event_set_create(drv: SimDriver, now: float, set_ref: Any) -> int:
+def event_set_create(drv: DriverView, now: float, set_ref: Any) -> int:
     es = drv.events.create()
     ctypes.memmove(ctypes.addressof(out(set_ref)), es.key, len(es.key))
     return pynvml.NVML_SUCCESS
 
 
 @calls.system("nvmlEventSetFree")
-def event_set_free(drv: SimDriver, now: float, set_handle: Any) -> int:
+def event_set_free(drv: DriverView, now: float, set_handle: Any) -> int:
     es = drv.events.sets.pop(_key(set_handle), None)
     if es is None:
         return pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -96,13 +45,13 @@ def event_set_free(drv: SimDriver, now: float, set_handle: Any) -> int:
 
 
 @calls.device("nvmlDeviceGetSupportedEventTypes")
-def supported_event_types(drv: SimDriver, gpu: GpuState, now: float, types_ref: Any) -> int:
+def supported_event_types(drv: DriverView, gpu: GpuState, now: float, types_ref: Any) -> int:
     out(types_ref).value = gpu.supported_events()
     return pynvml.NVML_SUCCESS
 
 
 @calls.device("nvmlDeviceRegisterEvents")
-def register_events(drv: SimDriver, gpu: GpuState, now: float, types: Any, set_handle: Any) -> int:
+def register_events(drv: DriverView, gpu: GpuState, now: float, types: Any, set_handle: Any) -> int:
     mask = value(types)
     if mask & ~gpu.supported_events():
         return pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -115,17 +64,17 @@ def register_events(drv: SimDriver, gpu: GpuState, now: float, types: Any, set_h
 
 
 @calls.raw("nvmlEventSetWait_v2")
-def event_set_wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
+def event_set_wait(drv: DriverView, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
     return _wait(drv, set_handle, data_ref, timeout_ms, v2=True)
 
 
 @calls.raw("nvmlEventSetWait")
-def event_set_wait_v1(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
+def event_set_wait_v1(drv: DriverView, set_handle: Any, data_ref: Any, timeout_ms: Any) -> int:
     """The first version: nvmlEventData_t without gpuInstanceId and computeInstanceId."""
     return _wait(drv, set_handle, data_ref, timeout_ms, v2=False)
 
 
-def _wait(drv: SimDriver, set_handle: Any, data_ref: Any, timeout_ms: Any, v2: bool) -> int:
+def _wait(drv: DriverView, set_handle: Any, data_ref: Any, timeout_ms: Any, v2: bool) -> int:
     deadline = time.monotonic() + value(timeout_ms) / 1000.0
     manual = isinstance(drv.clock, ManualClock)
     key = _key(set_handle)

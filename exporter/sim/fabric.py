@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import ctypes
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out
 from exporter.sim.devices import GpuState
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
+from exporter.sim.driverview import DriverView
 
 OK = pynvml.NVML_SUCCESS
 _UUID = ctypes.c_ubyte * 16
@@ -62,7 +60,7 @@ def _version(struct: type[ctypes.Structure], n: int) -> int:
 V2, V3 = _version(_V2, 2), _version(_V3, 3)
 
 
-def _driver_major(drv: SimDriver) -> int:
+def _driver_major(drv: DriverView) -> int:
     digits = re.match(r"\d+", drv.fleet.driver_version)
     return int(digits.group()) if digits else 0
 
@@ -77,7 +75,7 @@ def _fill(view: Any, gpu: GpuState) -> None:
 
 
 @calls.device("nvmlDeviceGetGpuFabricInfo")
-def fabric_info(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
+def fabric_info(drv: DriverView, gpu: GpuState, now: float, info_ref: Any) -> int:
     if gpu.fabric is None:
         return pynvml.NVML_ERROR_NOT_SUPPORTED
     _fill(_Legacy.from_address(ctypes.addressof(out(info_ref))), gpu)
@@ -85,7 +83,7 @@ def fabric_info(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int
 
 
 @calls.device("nvmlDeviceGetGpuFabricInfoV")
-def fabric_info_v(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
+def fabric_info_v(drv: DriverView, gpu: GpuState, now: float, info_ref: Any) -> int:
     address = ctypes.addressof(out(info_ref))
     version = ctypes.c_uint.from_address(address).value
     newest = V3 if _driver_major(drv) >= 580 else V2

@@ -1,7 +1,7 @@
 """One class per fault kind: which keys it takes, how they are checked, what it does.
 
 Each kind parses its own keys of a fleet-file fault mapping (`parse`, called
-by faults.parse_fault after the common keys kind, at and gpu are checked)
+by faultcheck.parse_fault after the common keys kind, at and gpu are checked)
 and applies a due fault to the running driver (`apply`, called with the
 driver lock held). See docs/simulator.md for what each kind does.
 """
@@ -20,7 +20,7 @@ from exporter.sim.schema import Reader, join
 
 if TYPE_CHECKING:
     from exporter.sim.devices import GpuState
-    from exporter.sim.driver import SimDriver
+    from exporter.sim.driverview import DriverView
     from exporter.sim.faults import Fault
 
 # XIDs the driver reports in the kernel log but not through NVML events: DCGM 4.x reads
@@ -87,7 +87,7 @@ class FaultKind:
         """The kind's own Fault fields from the mapping (fails on a bad value)."""
         return {}
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         """Make the fault happen (driver lock held)."""
         raise NotImplementedError
 
@@ -111,7 +111,7 @@ def _need(value: Any, key: str) -> Any:
 class Lost(FaultKind):
     name = "lost"
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         assert gpu is not None
         gpu.lost = True
 
@@ -128,7 +128,7 @@ class NotSupported(FaultKind):
             ctx.fail(None, "not_supported faults need exactly one of 'function' or 'field'")
         return {"function": function, "field": field}
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         if gpu is None and f.function is not None:
             driver.unsupported_functions.add(f.function)
         for g in [gpu] if gpu is not None else driver.gpus:
@@ -153,7 +153,7 @@ class Slow(FaultKind):
             "duration": ctx.get("duration", ctx.reader.number, lo=0),
         }
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         assert f.function is not None
         rule = (f.gpu, _need(f.seconds, "seconds"), _at(f), _end(f))
         driver.slow_rules.setdefault(f.function, []).append(rule)
@@ -171,7 +171,7 @@ class DriverUnloaded(FaultKind):
         duration = ctx.need("duration", "seconds until it is back", ctx.reader.number, lo=0)
         return {"duration": duration}
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         driver.unload(_at(f), _need(f.duration, "duration"))
 
 
@@ -195,7 +195,7 @@ class DriverUpgrade(FaultKind):
             "reload": True if reload is None else reload,
         }
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         driver.module.installed = _need(f.version, "version")
         if f.reload:
             driver.unload(_at(f), f.duration or 0.0)
@@ -213,7 +213,7 @@ class Xid(FaultKind):
             ctx.fail("gi", f"{ctx.model.name} has no MIG; remove 'gi'")
         return {"xid": xid, "gi": gi, "count": ctx.get("count", r.integer, lo=1) or 1}
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         """The driver logs every XID to the kernel log; NVML events carry all but
         KERNEL_LOG_ONLY, and one naming a MIG instance reaches only callers allowed to
         watch MIG instances (nvmlEventSetWait_v2: without the privilege, only events
@@ -247,7 +247,7 @@ class MigReconfigure(FaultKind):
         gpu = _need(ctx.gpu, "gpu")
         return {"mig": ctx.parse_layout(ctx.raw["mig"], join(ctx.path, "mig"), gpu)}
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         assert gpu is not None
         for m in gpu.reconfigure(f.mig):
             driver.handles.pop(m.key, None)  # unknown handles: INVALID_ARGUMENT, as stale ones
@@ -265,7 +265,7 @@ class EccDbe(FaultKind):
             ctx.fail("gpu", f"{ctx.model.name} has no ECC")
         return {"count": ctx.get("count", ctx.reader.integer, lo=1) or 1}
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         assert gpu is not None
         at = _at(f)
         gpu.ecc_volatile[1] += f.count
@@ -293,7 +293,7 @@ class Overheat(FaultKind):
             "duration": ctx.get("duration", r.number, lo=0),
         }
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         assert gpu is not None
         gpu.overheats.append((_at(f), _end(f), _need(f.temp_c, "temp_c")))
 
@@ -316,7 +316,7 @@ class Fabric(FaultKind):
             )
         }
 
-    def apply(self, driver: SimDriver, f: Fault, gpu: GpuState | None) -> None:
+    def apply(self, driver: DriverView, f: Fault, gpu: GpuState | None) -> None:
         for g in [gpu] if gpu is not None else driver.gpus:
             if g.fabric is not None:
                 g.fabric = f.fabric.over(g.fabric)

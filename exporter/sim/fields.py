@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
@@ -22,10 +22,8 @@ from exporter.sim import calls
 from exporter.sim.branches import branch
 from exporter.sim.calls import out, value
 from exporter.sim.devices import GpuState
+from exporter.sim.driverview import DriverView
 from exporter.sim.telemetry import threshold_c
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
 
 OK = pynvml.NVML_SUCCESS
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -321,7 +319,7 @@ def _pcie_rx_bytes(g: GpuState, t: float) -> int:
 
 
 @calls.device("nvmlDeviceGetFieldValues")
-def field_values(drv: SimDriver, gpu: GpuState, now: float, count: Any, values_ref: Any) -> int:
+def field_values(drv: DriverView, gpu: GpuState, now: float, count: Any, values_ref: Any) -> int:
     n = value(count)
     if n < 0:
         return pynvml.NVML_ERROR_INVALID_ARGUMENT

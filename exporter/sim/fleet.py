@@ -18,8 +18,10 @@ import yaml
 
 from exporter.sim import fabricspec
 from exporter.sim import mig as miglayout
-from exporter.sim.faults import Fault, parse_fault
+from exporter.sim.faultcheck import parse_fault
+from exporter.sim.faults import Fault
 from exporter.sim.latency import LatencySpec
+from exporter.sim.library import implemented_names
 from exporter.sim.models import GpuModel, MigProfile, catalog
 from exporter.sim.pods import PodSpec, parse_pods
 from exporter.sim.schema import FleetError, Reader, join
@@ -116,9 +118,6 @@ class _Loader:
         self.fabric: fabricspec.FabricChange | None = None  # the node's `fabric:`
 
     def fleet(self, data: Any) -> Fleet:
-        # Imported here: the modules that implement the functions import this one.
-        from exporter.sim.calls import implemented_names
-
         r = self.r
         data = r.mapping(data, "", _TOP_KEYS, ("gpus",))
         self.hostname = r.string(data.get("hostname", "sim-node"), "hostname")
@@ -170,8 +169,6 @@ class _Loader:
         )
 
     def fault(self, raw: Any, path: str, models: list[GpuModel]) -> Fault:
-        from exporter.sim.calls import implemented_names  # see fleet()
-
         def layout(value: Any, lpath: str, gpu: int) -> tuple[MigSpec, ...] | None:
             return self.layout(value, lpath, models[gpu])
 

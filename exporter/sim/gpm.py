@@ -15,17 +15,15 @@ import functools
 import math
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out, value
 from exporter.sim.devices import Device, GpuState, MiB, new_handle
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
+from exporter.sim.driverview import DriverView
+from exporter.sim.gpmsamples import Sample
 
 OK = pynvml.NVML_SUCCESS
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -61,28 +59,6 @@ _FIRST_LINK_METRIC = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC  # L<n> RX = 62
 _LINK_METRICS = 18
 
 
-@dataclass(eq=False)
-class Sample:
-    """One GPM sample buffer: sim time and cumulative activity of one device."""
-
-    key: bytes
-    buf: Any
-    device: Device | None = None
-    t: float = 0.0
-    util_s: float = 0.0  # integral of utilization, percent * s
-    mem_ratio: float = 0.0
-    pcie: tuple[float, float] = (0.0, 0.0)  # tx, rx bytes
-    nvlink: tuple[float, float] = (0.0, 0.0)  # tx, rx bytes, all links
-    links: int = 0
-
-
-class GpmSamples:
-    """The allocated samples of a driver, by handle."""
-
-    def __init__(self) -> None:
-        self.samples: dict[bytes, Sample] = {}
-
-
 def _record(s: Sample, dev: Device, t: float) -> None:
     gpu = dev.gpu
     traffic = gpu.model.traffic
@@ -95,7 +71,7 @@ def _record(s: Sample, dev: Device, t: float) -> None:
 
 
 @calls.system("nvmlGpmSampleAlloc")
-def sample_alloc(drv: SimDriver, now: float, sample_ref: Any) -> int:
+def sample_alloc(drv: DriverView, now: float, sample_ref: Any) -> int:
     buf, key = new_handle()
     drv.gpm.samples[key] = Sample(key, buf)
     ctypes.memmove(ctypes.addressof(out(sample_ref)), key, len(key))
@@ -103,12 +79,12 @@ def sample_alloc(drv: SimDriver, now: float, sample_ref: Any) -> int:
 
 
 @calls.system("nvmlGpmSampleFree")
-def sample_free(drv: SimDriver, now: float, sample: Any) -> int:
+def sample_free(drv: DriverView, now: float, sample: Any) -> int:
     return OK if drv.gpm.samples.pop(_key(sample), None) is not None else INVALID_ARGUMENT
 
 
 @calls.device("nvmlGpmQueryDeviceSupport", mig=True)
-def query_support(drv: SimDriver, dev: Device, now: float, support_ref: Any) -> int:
+def query_support(drv: DriverView, dev: Device, now: float, support_ref: Any) -> int:
     support = out(support_ref)
     if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -117,7 +93,7 @@ def query_support(drv: SimDriver, dev: Device, now: float, support_ref: Any) -> 
 
 
 @calls.device("nvmlGpmSampleGet", mig=True)
-def sample_get(drv: SimDriver, dev: Device, now: float, sample: Any) -> int:
+def sample_get(drv: DriverView, dev: Device, now: float, sample: Any) -> int:
     if not dev.gpu.model.features.gpm:
         return NOT_SUPPORTED
     s = drv.gpm.samples.get(_key(sample))
@@ -128,7 +104,7 @@ def sample_get(drv: SimDriver, dev: Device, now: float, sample: Any) -> int:
 
 
 @calls.device("nvmlGpmMigSampleGet")
-def mig_sample_get(drv: SimDriver, gpu: GpuState, now: float, gi: Any, sample: Any) -> int:
+def mig_sample_get(drv: DriverView, gpu: GpuState, now: float, gi: Any, sample: Any) -> int:
     if not gpu.model.features.gpm:
         return NOT_SUPPORTED
     if not gpu.mig_enabled:
@@ -161,7 +137,7 @@ def _pointers(info: tuple[bytes, bytes, bytes]) -> tuple[int, int, int]:
 
 
 @calls.system("nvmlGpmMetricsGet")
-def metrics_get(drv: SimDriver, now: float, metrics_ref: Any) -> int:
+def metrics_get(drv: DriverView, now: float, metrics_ref: Any) -> int:
     mg = out(metrics_ref)
     if _get(mg, "version") != pynvml.NVML_GPM_METRICS_GET_VERSION:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out, value
 from exporter.sim.devices import Device, GpuState, MigState
+from exporter.sim.driverview import DriverView
 from exporter.sim.session import put_string
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
 
 OK = pynvml.NVML_SUCCESS
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -28,13 +26,13 @@ def put_handle(ref: Any, dev: Device) -> int:
 
 
 @calls.system("nvmlDeviceGetCount_v2")
-def device_count(drv: SimDriver, now: float, count_ref: Any) -> int:
+def device_count(drv: DriverView, now: float, count_ref: Any) -> int:
     out(count_ref).value = len(drv.gpus)
     return OK
 
 
 @calls.system("nvmlDeviceGetHandleByIndex_v2")
-def handle_by_index(drv: SimDriver, now: float, index: Any, device_ref: Any) -> int:
+def handle_by_index(drv: DriverView, now: float, index: Any, device_ref: Any) -> int:
     i = value(index)
     if not 0 <= i < len(drv.gpus):
         return INVALID_ARGUMENT
@@ -45,7 +43,7 @@ def handle_by_index(drv: SimDriver, now: float, index: Any, device_ref: Any) -> 
 
 
 @calls.system("nvmlDeviceGetHandleByUUID")
-def handle_by_uuid(drv: SimDriver, now: float, uuid: Any, device_ref: Any) -> int:
+def handle_by_uuid(drv: DriverView, now: float, uuid: Any, device_ref: Any) -> int:
     raw = value(uuid)
     if not raw:
         return INVALID_ARGUMENT
@@ -58,7 +56,7 @@ def handle_by_uuid(drv: SimDriver, now: float, uuid: Any, device_ref: Any) -> in
 
 
 @calls.system("nvmlDeviceGetHandleByPciBusId_v2")
-def handle_by_bus_id(drv: SimDriver, now: float, bus_id: Any, device_ref: Any) -> int:
+def handle_by_bus_id(drv: DriverView, now: float, bus_id: Any, device_ref: Any) -> int:
     raw = value(bus_id)
     if not raw:
         return INVALID_ARGUMENT
@@ -82,44 +80,44 @@ def _normal_bus_id(bus_id: str) -> str:
 
 
 @calls.device("nvmlDeviceGetIndex")
-def device_index(drv: SimDriver, gpu: GpuState, now: float, index_ref: Any) -> int:
+def device_index(drv: DriverView, gpu: GpuState, now: float, index_ref: Any) -> int:
     out(index_ref).value = gpu.index
     return OK
 
 
 @calls.device("nvmlDeviceGetMinorNumber")
-def minor_number(drv: SimDriver, gpu: GpuState, now: float, minor_ref: Any) -> int:
+def minor_number(drv: DriverView, gpu: GpuState, now: float, minor_ref: Any) -> int:
     out(minor_ref).value = gpu.index
     return OK
 
 
 @calls.device("nvmlDeviceGetUUID", mig=True)
-def device_uuid(drv: SimDriver, dev: Device, now: float, buf: Any, size: Any) -> int:
+def device_uuid(drv: DriverView, dev: Device, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, dev.uuid)
 
 
 @calls.device("nvmlDeviceGetName", mig=True)
-def device_name(drv: SimDriver, dev: Device, now: float, buf: Any, size: Any) -> int:
+def device_name(drv: DriverView, dev: Device, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, dev.name)
 
 
 @calls.device("nvmlDeviceGetSerial")
-def serial(drv: SimDriver, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
+def serial(drv: DriverView, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, gpu.spec.serial)
 
 
 @calls.device("nvmlDeviceGetVbiosVersion")
-def vbios_version(drv: SimDriver, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
+def vbios_version(drv: DriverView, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, gpu.model.vbios_version)
 
 
 @calls.device("nvmlDeviceGetInforomImageVersion")
-def inforom_image_version(drv: SimDriver, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
+def inforom_image_version(drv: DriverView, gpu: GpuState, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, gpu.model.inforom_image_version)
 
 
 @calls.device("nvmlDeviceGetPciInfo_v3")
-def pci_info(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
+def pci_info(drv: DriverView, gpu: GpuState, now: float, info_ref: Any) -> int:
     info = out(info_ref)
     bus_id = gpu.spec.pci_bus_id
     domain, bus, rest = bus_id.split(":")
@@ -134,19 +132,19 @@ def pci_info(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
 
 
 @calls.device("nvmlDeviceGetBrand", mig=True)
-def brand(drv: SimDriver, dev: Device, now: float, brand_ref: Any) -> int:
+def brand(drv: DriverView, dev: Device, now: float, brand_ref: Any) -> int:
     out(brand_ref).value = dev.gpu.model.brand
     return OK
 
 
 @calls.device("nvmlDeviceGetArchitecture", mig=True)
-def architecture(drv: SimDriver, dev: Device, now: float, arch_ref: Any) -> int:
+def architecture(drv: DriverView, dev: Device, now: float, arch_ref: Any) -> int:
     out(arch_ref).value = dev.gpu.model.architecture
     return OK
 
 
 @calls.device("nvmlDeviceGetCudaComputeCapability", mig=True)
-def compute_capability(drv: SimDriver, dev: Device, now: float, major: Any, minor: Any) -> int:
+def compute_capability(drv: DriverView, dev: Device, now: float, major: Any, minor: Any) -> int:
     out(major).value, out(minor).value = dev.gpu.model.compute_capability
     return OK
 
@@ -155,7 +153,7 @@ def compute_capability(drv: SimDriver, dev: Device, now: float, major: Any, mino
 
 
 @calls.device("nvmlDeviceGetMigMode")
-def mig_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: Any) -> int:
+def mig_mode(drv: DriverView, gpu: GpuState, now: float, current: Any, pending: Any) -> int:
     if not gpu.model.mig_capable:
         return NOT_SUPPORTED
     out(current).value = out(pending).value = int(gpu.mig_enabled)
@@ -163,14 +161,14 @@ def mig_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: A
 
 
 @calls.device("nvmlDeviceGetMaxMigDeviceCount")
-def max_mig_devices(drv: SimDriver, gpu: GpuState, now: float, count_ref: Any) -> int:
+def max_mig_devices(drv: DriverView, gpu: GpuState, now: float, count_ref: Any) -> int:
     out(count_ref).value = gpu.model.mig_max_devices if gpu.mig_enabled else 0
     return OK
 
 
 @calls.device("nvmlDeviceGetMigDeviceHandleByIndex")
 def mig_handle_by_index(
-    drv: SimDriver, gpu: GpuState, now: float, index: Any, device_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, index: Any, device_ref: Any
 ) -> int:
     if not gpu.model.mig_capable:
         return NOT_SUPPORTED
@@ -184,13 +182,13 @@ def mig_handle_by_index(
 
 
 @calls.device("nvmlDeviceIsMigDeviceHandle", mig=True)
-def is_mig_handle(drv: SimDriver, dev: Device, now: float, flag_ref: Any) -> int:
+def is_mig_handle(drv: DriverView, dev: Device, now: float, flag_ref: Any) -> int:
     out(flag_ref).value = int(dev.is_mig)
     return OK
 
 
 @calls.device("nvmlDeviceGetGpuInstanceId", mig=True)
-def gpu_instance_id(drv: SimDriver, dev: Device, now: float, id_ref: Any) -> int:
+def gpu_instance_id(drv: DriverView, dev: Device, now: float, id_ref: Any) -> int:
     if not isinstance(dev, MigState):
         return NOT_SUPPORTED
     out(id_ref).value = dev.gi
@@ -198,7 +196,7 @@ def gpu_instance_id(drv: SimDriver, dev: Device, now: float, id_ref: Any) -> int
 
 
 @calls.device("nvmlDeviceGetComputeInstanceId", mig=True)
-def compute_instance_id(drv: SimDriver, dev: Device, now: float, id_ref: Any) -> int:
+def compute_instance_id(drv: DriverView, dev: Device, now: float, id_ref: Any) -> int:
     if not isinstance(dev, MigState):
         return NOT_SUPPORTED
     out(id_ref).value = dev.ci
@@ -206,14 +204,14 @@ def compute_instance_id(drv: SimDriver, dev: Device, now: float, id_ref: Any) ->
 
 
 @calls.device("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", mig=True)
-def parent_handle(drv: SimDriver, dev: Device, now: float, device_ref: Any) -> int:
+def parent_handle(drv: DriverView, dev: Device, now: float, device_ref: Any) -> int:
     if not isinstance(dev, MigState):
         return INVALID_ARGUMENT
     return put_handle(device_ref, dev.gpu)
 
 
 @calls.device("nvmlDeviceGetAttributes_v2", mig=True)
-def attributes(drv: SimDriver, dev: Device, now: float, attrs_ref: Any) -> int:
+def attributes(drv: DriverView, dev: Device, now: float, attrs_ref: Any) -> int:
     if not isinstance(dev, MigState):
         return NOT_SUPPORTED
     a, p = out(attrs_ref), dev.spec.profile
@@ -242,7 +240,7 @@ _PROFILE_BY_SLICES = {
 }
 
 
-def _profile_info(drv: SimDriver, dev: Device, profile: Any, info_ref: Any) -> int:
+def _profile_info(drv: DriverView, dev: Device, profile: Any, info_ref: Any) -> int:
     if not isinstance(dev, GpuState) or not dev.model.mig_capable:
         return NOT_SUPPORTED
     wanted = value(profile)
@@ -267,14 +265,14 @@ def _profile_info(drv: SimDriver, dev: Device, profile: Any, info_ref: Any) -> i
 
 @calls.device("nvmlDeviceGetGpuInstanceProfileInfo")
 def gpu_instance_profile_info(
-    drv: SimDriver, dev: Device, now: float, profile: Any, info_ref: Any
+    drv: DriverView, dev: Device, now: float, profile: Any, info_ref: Any
 ) -> int:
     return _profile_info(drv, dev, profile, info_ref)
 
 
 @calls.device("nvmlDeviceGetGpuInstanceProfileInfoV")
 def gpu_instance_profile_info_v(
-    drv: SimDriver, dev: Device, now: float, profile: Any, info_ref: Any
+    drv: DriverView, dev: Device, now: float, profile: Any, info_ref: Any
 ) -> int:
     if out(info_ref).version != pynvml.nvmlGpuInstanceProfileInfo_v2:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH

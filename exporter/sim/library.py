@@ -9,23 +9,36 @@ driver lacks (its branch is older than the function, exporter/sim/branches.py, o
 fleet names it in missing_functions) is simply not an attribute, so pynvml raises
 FunctionNotFound. One library stands for one process: a restarted process
 (SimDriver.restart_process) gets a new one.
+
+The modules that implement the functions are imported here, which fills the
+registry (exporter/sim/calls.py); they see the driver as a DriverView
+(exporter/sim/driverview.py) and import neither this module nor the driver's.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
+from exporter.sim import (  # noqa: F401  (importing a module registers its functions)
+    events,
+    fabric,
+    fields,
+    gpm,
+    identity,
+    processes,
+    session,
+    telemetry,
+)
 from exporter.sim.branches import branch
-from exporter.sim.calls import Call, load_all, value
+from exporter.sim.calls import FUNCTIONS, Call, value
+from exporter.sim.devices import Device
+from exporter.sim.driverview import DriverView
 from exporter.sim.latency import spin
-
-if TYPE_CHECKING:
-    from exporter.sim.devices import Device
-    from exporter.sim.driver import SimDriver
 
 SUCCESS = pynvml.NVML_SUCCESS
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -33,10 +46,16 @@ NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 GPU_IS_LOST = pynvml.NVML_ERROR_GPU_IS_LOST
 
 
+@functools.cache
+def implemented_names() -> frozenset[str]:
+    """Every NVML C function name the simulator implements."""
+    return frozenset(FUNCTIONS)
+
+
 class SimLibrary:
     """The simulated libnvidia-ml: one attribute per implemented NVML C function."""
 
-    def __init__(self, driver: SimDriver) -> None:
+    def __init__(self, driver: DriverView) -> None:
         self._driver = driver
         self.rebuild()
 
@@ -45,7 +64,7 @@ class SimLibrary:
         driver = self._driver
         fleet = driver.fleet
         missing = fleet.missing_functions | branch(fleet.driver_version).missing_functions
-        for name, call in load_all().items():
+        for name, call in FUNCTIONS.items():
             if name in missing:
                 self.__dict__.pop(name, None)
                 continue
@@ -55,7 +74,7 @@ class SimLibrary:
         return f"<SimLibrary {self._driver.fleet.source}>"
 
 
-def _wrap(driver: SimDriver, call: Call) -> Callable[..., Any]:
+def _wrap(driver: DriverView, call: Call) -> Callable[..., Any]:
     cost = driver.latency.cost_s(call.name)
     if call.kind == "device":
         fn = _device_call(driver, call, cost)
@@ -67,7 +86,7 @@ def _wrap(driver: SimDriver, call: Call) -> Callable[..., Any]:
     return fn
 
 
-def _raw_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., Any]:
+def _raw_call(driver: DriverView, call: Call, cost: float) -> Callable[..., Any]:
     impl = call.impl
 
     def fn(*args: Any) -> Any:
@@ -78,14 +97,14 @@ def _raw_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., Any]:
     return fn
 
 
-def _node_error(driver: SimDriver, now: float) -> int:
+def _node_error(driver: DriverView, now: float) -> int:
     """Apply due faults; then the code every call returns now, or SUCCESS (lock held)."""
     if now >= driver.next_fault_at:
         driver.apply_due(now)
     return driver.node_error(now)
 
 
-def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:
+def _system_call(driver: DriverView, call: Call, cost: float) -> Callable[..., int]:
     impl, name, lock = call.impl, call.name, driver.lock
 
     def fn(*args: Any) -> int:
@@ -108,7 +127,7 @@ def _system_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., in
     return fn
 
 
-def _device(driver: SimDriver, handle: Any, name: str, allow_mig: bool) -> Device | int:
+def _device(driver: DriverView, handle: Any, name: str, allow_mig: bool) -> Device | int:
     """The device a handle names, or the error code a call on it returns (lock held)."""
     try:
         dev = driver.handles.get(bytes(handle))
@@ -124,7 +143,7 @@ def _device(driver: SimDriver, handle: Any, name: str, allow_mig: bool) -> Devic
     return dev
 
 
-def _device_call(driver: SimDriver, call: Call, cost: float) -> Callable[..., int]:
+def _device_call(driver: DriverView, call: Call, cost: float) -> Callable[..., int]:
     impl, name, lock, allow_mig = call.impl, call.name, driver.lock, call.mig
     per_field = driver.latency.per_field_us / 1e6 if name == "nvmlDeviceGetFieldValues" else 0.0
     if not driver.latency.enabled:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
@@ -19,9 +19,7 @@ from exporter.sim import calls
 from exporter.sim.branches import branch
 from exporter.sim.calls import out, value
 from exporter.sim.devices import Device, GpuState, MiB
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
+from exporter.sim.driverview import DriverView
 
 OK = pynvml.NVML_SUCCESS
 INSUFFICIENT_SIZE = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
@@ -43,7 +41,7 @@ def _rows(dev: Device, now: float, kind: str) -> list[tuple[int, int, int, int]]
     ]
 
 
-def _list(drv: SimDriver, dev: Device, now: float, kind: str, count_ref: Any, infos: Any) -> int:
+def _list(drv: DriverView, dev: Device, now: float, kind: str, count_ref: Any, infos: Any) -> int:
     rows = _rows(dev, now, kind)
     count = out(count_ref)
     n, wanted = len(rows), count.value
@@ -63,14 +61,14 @@ def _list(drv: SimDriver, dev: Device, now: float, kind: str, count_ref: Any, in
 @calls.device(
     "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2", mig=True
 )
-def compute_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
+def compute_processes(drv: DriverView, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
     return _list(drv, dev, now, "compute", count_ref, infos)
 
 
 @calls.device(
     "nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v2", mig=True
 )
-def graphics_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
+def graphics_processes(drv: DriverView, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
     return _list(drv, dev, now, "graphics", count_ref, infos)
 
 
@@ -79,13 +77,13 @@ def graphics_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, 
     "nvmlDeviceGetMPSComputeRunningProcesses_v2",
     mig=True,
 )
-def mps_processes(drv: SimDriver, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
+def mps_processes(drv: DriverView, dev: Device, now: float, count_ref: Any, infos: Any) -> int:
     """Clients of the MPS server (Volta and newer), which the compute list leaves out."""
     return _list(drv, dev, now, "mps", count_ref, infos)
 
 
 @calls.device("nvmlDeviceGetRunningProcessDetailList", mig=True)
-def process_detail_list(drv: SimDriver, dev: Device, now: float, plist_ref: Any) -> int:
+def process_detail_list(drv: DriverView, dev: Device, now: float, plist_ref: Any) -> int:
     plist = out(plist_ref)
     if plist.version != pynvml.nvmlProcessDetailList_v1:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -105,11 +103,11 @@ def process_detail_list(drv: SimDriver, dev: Device, now: float, plist_ref: Any)
 
 
 @calls.device("nvmlDeviceGetConfComputeMemSizeInfo")
-def conf_compute_mem_size(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
+def conf_compute_mem_size(drv: DriverView, gpu: GpuState, now: float, info_ref: Any) -> int:
     return pynvml.NVML_ERROR_NOT_SUPPORTED  # no confidential computing simulated
 
 
-def _samples(drv: SimDriver, gpu: GpuState, now: float, last_seen: int) -> list[tuple[Any, ...]]:
+def _samples(drv: DriverView, gpu: GpuState, now: float, last_seen: int) -> list[tuple[Any, ...]]:
     """(pid, timestamp us, sm, mem, enc, dec) of the latest sample newer than last_seen."""
     tick = math.floor(now / SAMPLE_PERIOD_S) * SAMPLE_PERIOD_S
     stamp = drv.epoch_us(tick)
@@ -126,7 +124,7 @@ def _samples(drv: SimDriver, gpu: GpuState, now: float, last_seen: int) -> list[
 
 @calls.device("nvmlDeviceGetProcessUtilization")
 def process_utilization(
-    drv: SimDriver, gpu: GpuState, now: float, samples: Any, count_ref: Any, last_seen: Any
+    drv: DriverView, gpu: GpuState, now: float, samples: Any, count_ref: Any, last_seen: Any
 ) -> int:
     if gpu.mig_enabled:
         return pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -156,7 +154,7 @@ def process_utilization(
 
 
 @calls.device("nvmlDeviceGetProcessesUtilizationInfo")
-def processes_utilization_info(drv: SimDriver, gpu: GpuState, now: float, info_ref: Any) -> int:
+def processes_utilization_info(drv: DriverView, gpu: GpuState, now: float, info_ref: Any) -> int:
     info = out(info_ref)
     if info.version != pynvml.ProcessesUtilizationInfo_v1:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH

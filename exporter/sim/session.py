@@ -7,15 +7,13 @@ unloaded or of another version than the library (exporter/sim/driver.py).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out, value
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
+from exporter.sim.driverview import DriverView
 
 OK = pynvml.NVML_SUCCESS
 GPU_NOT_FOUND = pynvml.NVML_ERROR_GPU_NOT_FOUND
@@ -30,7 +28,7 @@ def put_string(buf: Any, size: Any, text: str) -> int:
     return OK
 
 
-def _init(drv: SimDriver, flags: int) -> int:
+def _init(drv: DriverView, flags: int) -> int:
     with drv.lock:
         now = drv.now()
         if now >= drv.next_fault_at:
@@ -50,17 +48,17 @@ def _init(drv: SimDriver, flags: int) -> int:
 
 
 @calls.raw("nvmlInitWithFlags")
-def init_with_flags(drv: SimDriver, flags: Any) -> int:
+def init_with_flags(drv: DriverView, flags: Any) -> int:
     return _init(drv, value(flags))
 
 
 @calls.raw("nvmlInit_v2")
-def init_v2(drv: SimDriver) -> int:
+def init_v2(drv: DriverView) -> int:
     return _init(drv, 0)
 
 
 @calls.raw("nvmlShutdown")
-def shutdown(drv: SimDriver) -> int:
+def shutdown(drv: DriverView) -> int:
     with drv.lock:
         now = drv.now()
         error = drv.node_error(now)
@@ -72,23 +70,23 @@ def shutdown(drv: SimDriver) -> int:
 
 
 @calls.raw("nvmlErrorString")
-def error_string(drv: SimDriver, result: Any) -> bytes:
+def error_string(drv: DriverView, result: Any) -> bytes:
     # pynvml sets restype = c_char_p; a real call would return a char*.
     text = pynvml.NVMLError._errcode_to_string.get(value(result), "Unknown Error")
     return text.encode()
 
 
 @calls.system("nvmlSystemGetDriverVersion")
-def driver_version(drv: SimDriver, now: float, buf: Any, size: Any) -> int:
+def driver_version(drv: DriverView, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, drv.versions()[0])
 
 
 @calls.system("nvmlSystemGetNVMLVersion")
-def nvml_version(drv: SimDriver, now: float, buf: Any, size: Any) -> int:
+def nvml_version(drv: DriverView, now: float, buf: Any, size: Any) -> int:
     return put_string(buf, size, drv.versions()[1])
 
 
 @calls.system("nvmlSystemGetCudaDriverVersion", "nvmlSystemGetCudaDriverVersion_v2")
-def cuda_driver_version(drv: SimDriver, now: float, version_ref: Any) -> int:
+def cuda_driver_version(drv: DriverView, now: float, version_ref: Any) -> int:
     out(version_ref).value = drv.fleet.cuda_driver_version
     return OK

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out, value
 from exporter.sim.devices import Device, GpuState
-
-if TYPE_CHECKING:
-    from exporter.sim.driver import SimDriver
+from exporter.sim.driverview import DriverView
 
 OK = pynvml.NVML_SUCCESS
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
@@ -20,7 +18,7 @@ SAMPLING_PERIOD_US = 167_000  # what encoder/decoder utilization report as their
 
 
 @calls.device("nvmlDeviceGetUtilizationRates")
-def utilization(drv: SimDriver, gpu: GpuState, now: float, util_ref: Any) -> int:
+def utilization(drv: DriverView, gpu: GpuState, now: float, util_ref: Any) -> int:
     if gpu.mig_enabled:
         return NOT_SUPPORTED
     u = out(util_ref)
@@ -31,7 +29,7 @@ def utilization(drv: SimDriver, gpu: GpuState, now: float, util_ref: Any) -> int
 
 
 @calls.device("nvmlDeviceGetMemoryInfo", mig=True)
-def memory_v1(drv: SimDriver, dev: Device, now: float, mem_ref: Any) -> int:
+def memory_v1(drv: DriverView, dev: Device, now: float, mem_ref: Any) -> int:
     total, reserved, free, used = dev.memory(now)
     m = out(mem_ref)
     m.total, m.free, m.used = total, free, used + reserved
@@ -39,7 +37,7 @@ def memory_v1(drv: SimDriver, dev: Device, now: float, mem_ref: Any) -> int:
 
 
 @calls.device("nvmlDeviceGetMemoryInfo_v2", mig=True)
-def memory_v2(drv: SimDriver, dev: Device, now: float, mem_ref: Any) -> int:
+def memory_v2(drv: DriverView, dev: Device, now: float, mem_ref: Any) -> int:
     m = out(mem_ref)
     if m.version != pynvml.nvmlMemory_v2:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -48,7 +46,7 @@ def memory_v2(drv: SimDriver, dev: Device, now: float, mem_ref: Any) -> int:
 
 
 @calls.device("nvmlDeviceGetTemperature")
-def temperature(drv: SimDriver, gpu: GpuState, now: float, sensor: Any, temp_ref: Any) -> int:
+def temperature(drv: DriverView, gpu: GpuState, now: float, sensor: Any, temp_ref: Any) -> int:
     if value(sensor) != pynvml.NVML_TEMPERATURE_GPU:
         return INVALID_ARGUMENT
     out(temp_ref).value = gpu.temperature_c(now)
@@ -56,7 +54,7 @@ def temperature(drv: SimDriver, gpu: GpuState, now: float, sensor: Any, temp_ref
 
 
 @calls.device("nvmlDeviceGetTemperatureV")
-def temperature_v(drv: SimDriver, gpu: GpuState, now: float, temp_ref: Any) -> int:
+def temperature_v(drv: DriverView, gpu: GpuState, now: float, temp_ref: Any) -> int:
     t = out(temp_ref)
     if t.version != pynvml.nvmlTemperature_v1:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
@@ -82,7 +80,7 @@ def threshold_c(gpu: GpuState, threshold: int) -> int | None:
 
 @calls.device("nvmlDeviceGetTemperatureThreshold")
 def temperature_threshold(
-    drv: SimDriver, gpu: GpuState, now: float, threshold: Any, temp_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, threshold: Any, temp_ref: Any
 ) -> int:
     temp = threshold_c(gpu, value(threshold))
     if temp is None:
@@ -92,7 +90,7 @@ def temperature_threshold(
 
 
 @calls.device("nvmlDeviceGetPowerUsage")
-def power_usage(drv: SimDriver, gpu: GpuState, now: float, mw_ref: Any) -> int:
+def power_usage(drv: DriverView, gpu: GpuState, now: float, mw_ref: Any) -> int:
     out(mw_ref).value = round(gpu.power_mw(now))
     return OK
 
@@ -102,26 +100,26 @@ def power_usage(drv: SimDriver, gpu: GpuState, now: float, mw_ref: Any) -> int:
     "nvmlDeviceGetEnforcedPowerLimit",
     "nvmlDeviceGetPowerManagementDefaultLimit",
 )
-def power_limit(drv: SimDriver, gpu: GpuState, now: float, mw_ref: Any) -> int:
+def power_limit(drv: DriverView, gpu: GpuState, now: float, mw_ref: Any) -> int:
     out(mw_ref).value = round(gpu.model.power["limit"] * 1000)
     return OK
 
 
 @calls.device("nvmlDeviceGetPowerManagementLimitConstraints")
-def power_limit_constraints(drv: SimDriver, gpu: GpuState, now: float, lo: Any, hi: Any) -> int:
+def power_limit_constraints(drv: DriverView, gpu: GpuState, now: float, lo: Any, hi: Any) -> int:
     out(lo).value = round(gpu.model.power["min_limit"] * 1000)
     out(hi).value = round(gpu.model.power["limit"] * 1000)
     return OK
 
 
 @calls.device("nvmlDeviceGetTotalEnergyConsumption")
-def total_energy(drv: SimDriver, gpu: GpuState, now: float, mj_ref: Any) -> int:
+def total_energy(drv: DriverView, gpu: GpuState, now: float, mj_ref: Any) -> int:
     out(mj_ref).value = int(gpu.energy_mj(now))
     return OK
 
 
 @calls.device("nvmlDeviceGetClockInfo")
-def clock_info(drv: SimDriver, gpu: GpuState, now: float, clock: Any, mhz_ref: Any) -> int:
+def clock_info(drv: DriverView, gpu: GpuState, now: float, clock: Any, mhz_ref: Any) -> int:
     mhz = gpu.clock_mhz(value(clock), now)
     if mhz is None:
         return INVALID_ARGUMENT
@@ -130,7 +128,7 @@ def clock_info(drv: SimDriver, gpu: GpuState, now: float, clock: Any, mhz_ref: A
 
 
 @calls.device("nvmlDeviceGetMaxClockInfo")
-def max_clock_info(drv: SimDriver, gpu: GpuState, now: float, clock: Any, mhz_ref: Any) -> int:
+def max_clock_info(drv: DriverView, gpu: GpuState, now: float, clock: Any, mhz_ref: Any) -> int:
     key = {
         pynvml.NVML_CLOCK_GRAPHICS: "graphics_max",
         pynvml.NVML_CLOCK_SM: "sm_max",
@@ -144,25 +142,25 @@ def max_clock_info(drv: SimDriver, gpu: GpuState, now: float, clock: Any, mhz_re
 
 
 @calls.device("nvmlDeviceGetPcieReplayCounter")
-def pcie_replay(drv: SimDriver, gpu: GpuState, now: float, count_ref: Any) -> int:
+def pcie_replay(drv: DriverView, gpu: GpuState, now: float, count_ref: Any) -> int:
     out(count_ref).value = 0
     return OK
 
 
 @calls.device("nvmlDeviceGetCurrPcieLinkGeneration", "nvmlDeviceGetMaxPcieLinkGeneration")
-def pcie_generation(drv: SimDriver, gpu: GpuState, now: float, gen_ref: Any) -> int:
+def pcie_generation(drv: DriverView, gpu: GpuState, now: float, gen_ref: Any) -> int:
     out(gen_ref).value = gpu.model.pcie_generation
     return OK
 
 
 @calls.device("nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetMaxPcieLinkWidth")
-def pcie_width(drv: SimDriver, gpu: GpuState, now: float, width_ref: Any) -> int:
+def pcie_width(drv: DriverView, gpu: GpuState, now: float, width_ref: Any) -> int:
     out(width_ref).value = gpu.model.pcie_width
     return OK
 
 
 @calls.device("nvmlDeviceGetPcieThroughput")
-def pcie_throughput(drv: SimDriver, gpu: GpuState, now: float, counter: Any, kb_ref: Any) -> int:
+def pcie_throughput(drv: DriverView, gpu: GpuState, now: float, counter: Any, kb_ref: Any) -> int:
     which = value(counter)
     if which not in (pynvml.NVML_PCIE_UTIL_TX_BYTES, pynvml.NVML_PCIE_UTIL_RX_BYTES):
         return INVALID_ARGUMENT
@@ -172,7 +170,7 @@ def pcie_throughput(drv: SimDriver, gpu: GpuState, now: float, counter: Any, kb_
 
 @calls.device("nvmlDeviceGetTotalEccErrors")
 def total_ecc_errors(
-    drv: SimDriver, gpu: GpuState, now: float, error_type: Any, counter_type: Any, count_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, error_type: Any, counter_type: Any, count_ref: Any
 ) -> int:
     if not gpu.model.features.ecc or not gpu.spec.ecc_enabled:
         return NOT_SUPPORTED
@@ -207,14 +205,14 @@ def _retired(gpu: GpuState, cause: Any, count_ref: Any, pages: Any, times: Any) 
 
 @calls.device("nvmlDeviceGetRetiredPages")
 def retired_pages(
-    drv: SimDriver, gpu: GpuState, now: float, cause: Any, count_ref: Any, pages: Any
+    drv: DriverView, gpu: GpuState, now: float, cause: Any, count_ref: Any, pages: Any
 ) -> int:
     return _retired(gpu, cause, count_ref, pages, None)
 
 
 @calls.device("nvmlDeviceGetRetiredPages_v2")
 def retired_pages_v2(
-    drv: SimDriver,
+    drv: DriverView,
     gpu: GpuState,
     now: float,
     cause: Any,
@@ -226,7 +224,7 @@ def retired_pages_v2(
 
 
 @calls.device("nvmlDeviceGetRetiredPagesPendingStatus")
-def retired_pending(drv: SimDriver, gpu: GpuState, now: float, pending_ref: Any) -> int:
+def retired_pending(drv: DriverView, gpu: GpuState, now: float, pending_ref: Any) -> int:
     if not gpu.model.features.page_retirement:
         return NOT_SUPPORTED
     out(pending_ref).value = gpu.retired_pending
@@ -235,7 +233,7 @@ def retired_pending(drv: SimDriver, gpu: GpuState, now: float, pending_ref: Any)
 
 @calls.device("nvmlDeviceGetRemappedRows")
 def remapped_rows(
-    drv: SimDriver, gpu: GpuState, now: float, cor: Any, unc: Any, pending: Any, failure: Any
+    drv: DriverView, gpu: GpuState, now: float, cor: Any, unc: Any, pending: Any, failure: Any
 ) -> int:
     if not gpu.model.features.row_remapping:
         return NOT_SUPPORTED
@@ -245,7 +243,7 @@ def remapped_rows(
 
 
 @calls.device("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
-def clocks_event_reasons(drv: SimDriver, gpu: GpuState, now: float, reasons_ref: Any) -> int:
+def clocks_event_reasons(drv: DriverView, gpu: GpuState, now: float, reasons_ref: Any) -> int:
     out(reasons_ref).value = gpu.clocks_event_reasons(now)
     return OK
 
@@ -254,14 +252,14 @@ def clocks_event_reasons(drv: SimDriver, gpu: GpuState, now: float, reasons_ref:
     "nvmlDeviceGetSupportedClocksEventReasons", "nvmlDeviceGetSupportedClocksThrottleReasons"
 )
 def supported_clocks_event_reasons(
-    drv: SimDriver, gpu: GpuState, now: float, reasons_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, reasons_ref: Any
 ) -> int:
     out(reasons_ref).value = pynvml.nvmlClocksEventReasonAll
     return OK
 
 
 @calls.device("nvmlDeviceGetFanSpeed")
-def fan_speed(drv: SimDriver, gpu: GpuState, now: float, percent_ref: Any) -> int:
+def fan_speed(drv: DriverView, gpu: GpuState, now: float, percent_ref: Any) -> int:
     if not gpu.model.features.fan:
         return NOT_SUPPORTED
     out(percent_ref).value = gpu.fan_percent(now)
@@ -269,7 +267,7 @@ def fan_speed(drv: SimDriver, gpu: GpuState, now: float, percent_ref: Any) -> in
 
 
 @calls.device("nvmlDeviceGetPerformanceState")
-def performance_state(drv: SimDriver, gpu: GpuState, now: float, pstate_ref: Any) -> int:
+def performance_state(drv: DriverView, gpu: GpuState, now: float, pstate_ref: Any) -> int:
     out(pstate_ref).value = gpu.pstate(now)
     return OK
 
@@ -284,32 +282,32 @@ def _codec(gpu: GpuState, present: bool, percent: float, util_ref: Any, period_r
 
 @calls.device("nvmlDeviceGetEncoderUtilization")
 def encoder_utilization(
-    drv: SimDriver, gpu: GpuState, now: float, util_ref: Any, period_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, util_ref: Any, period_ref: Any
 ) -> int:
     return _codec(gpu, gpu.model.features.encoder, gpu.activity.enc, util_ref, period_ref)
 
 
 @calls.device("nvmlDeviceGetDecoderUtilization")
 def decoder_utilization(
-    drv: SimDriver, gpu: GpuState, now: float, util_ref: Any, period_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, util_ref: Any, period_ref: Any
 ) -> int:
     return _codec(gpu, gpu.model.features.decoder, gpu.activity.dec, util_ref, period_ref)
 
 
 @calls.device("nvmlDeviceGetPersistenceMode")
-def persistence_mode(drv: SimDriver, gpu: GpuState, now: float, mode_ref: Any) -> int:
+def persistence_mode(drv: DriverView, gpu: GpuState, now: float, mode_ref: Any) -> int:
     out(mode_ref).value = pynvml.NVML_FEATURE_ENABLED
     return OK
 
 
 @calls.device("nvmlDeviceGetComputeMode")
-def compute_mode(drv: SimDriver, gpu: GpuState, now: float, mode_ref: Any) -> int:
+def compute_mode(drv: DriverView, gpu: GpuState, now: float, mode_ref: Any) -> int:
     out(mode_ref).value = pynvml.NVML_COMPUTEMODE_DEFAULT
     return OK
 
 
 @calls.device("nvmlDeviceGetEccMode")
-def ecc_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: Any) -> int:
+def ecc_mode(drv: DriverView, gpu: GpuState, now: float, current: Any, pending: Any) -> int:
     if not gpu.model.features.ecc:
         return NOT_SUPPORTED
     mode = pynvml.NVML_FEATURE_ENABLED if gpu.spec.ecc_enabled else pynvml.NVML_FEATURE_DISABLED
@@ -319,7 +317,7 @@ def ecc_mode(drv: SimDriver, gpu: GpuState, now: float, current: Any, pending: A
 
 @calls.device("nvmlDeviceGetP2PStatus")
 def p2p_status(
-    drv: SimDriver, gpu: GpuState, now: float, peer_handle: Any, index: Any, status_ref: Any
+    drv: DriverView, gpu: GpuState, now: float, peer_handle: Any, index: Any, status_ref: Any
 ) -> int:
     """P2P between two GPUs: over NVLink when both have links, otherwise over PCIe."""
     try:
