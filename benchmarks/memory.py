@@ -4,7 +4,7 @@
     python3 -m benchmarks.memory --print    # measure and print only
 
 Each variant runs the exporter on the default simulated node (8 GPUs, 11 MIG
-instances) with the fake kubelet of tests/kube (pod-resources over gRPC on a Unix
+instances) with the fake kubelet of tests/support (pod-resources over gRPC on a Unix
 socket), and where the variant needs it the fake API server (pods, ResourceSlices)
 and the fixture host /proc of tests/fixtures/timeslice. The exporter collects every
 ``INTERVAL_MS`` and is scraped every ``SCRAPE_EVERY_S`` for ``RUN_S``; the peak is
@@ -101,8 +101,8 @@ def _surroundings(v: Variant, work: Path) -> Iterator[tuple[list[str], dict[str,
     """Start the fake kubelet and API server the variant needs; yield extra argv and env."""
     import yaml
 
-    from tests.kube.fakeapi import FakeAPIServer
-    from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
+    from tests.support.fakeapi import FakeAPIServer
+    from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
     argv: list[str] = list(v.flags)
     env: dict[str, str] = {"KUBERNETES_SERVICE_HOST": ""}

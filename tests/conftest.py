@@ -6,6 +6,10 @@ Slow means: starts the exporter, Prometheus or Alertmanager as a process, builds
 the image, renders the manifests (kubectl kustomize), soaks, fuzzes, or attacks and
 faults a running exporter. The full suite, ``python3 -m pytest -q``, still runs every test.
 
+Two marks divide part of the slow tests further: ``e2e`` (starts the exporter,
+Prometheus or Alertmanager as a process) and ``soak`` (the soaks, minutes each).
+Every e2e and soak test is also slow.
+
 No test leaves an exporter process behind.
 
 A test that ends with an exporter it started still running (one registered by
@@ -31,18 +35,33 @@ ROOT = Path(__file__).parent.parent
 # Test ids (relative to the repository root) starting with one of these are slow;
 # so is every test in a file named *_e2e.py.
 SLOW = (
-    "tests/e2e/",  # the exporter as a subprocess, scraped by a real Prometheus
+    "tests/e2e/",  # the exporter as a subprocess: scraped by Prometheus, its CLI, TLS, kube
     "tests/reliability/",  # attacks, faults, hangs, signals and the soak
     "tests/fuzz/",  # hypothesis searches
-    "tests/benchmarks/",  # runs the benchmark suite's quick mode
+    "tests/benchmarks/test_benchmarks.py",  # runs the benchmark suite's quick mode
+    "tests/benchmarks/test_device.py",  # the device check on the simulator
     "tests/deploy/",  # kubectl kustomize on every overlay, the image build, a real Prometheus
     "tests/alerts/test_alert_rules.py::test_promtool_unit_tests_pass",
     "tests/alerts/test_alertmanager_config.py::test_inhibitions_in_a_real_alertmanager",
     "tests/alerts/test_alertmanager_config.py::test_every_alert_rule_reaches_its_receiver",
-    "tests/kube/test_hostile_api.py",  # 100,000-pod lists and watches
-    "tests/unit/test_cli_inputs.py",  # every bad input through the command line, a process each
-    "tests/unit/test_cli_startup.py",  # the exporter started with dcgm-exporter's CSVs
-    "tests/web/test_tls.py",  # exporters over TLS, certificate rotation, a real Prometheus
+    "tests/workloads/apiserver/test_watch_hostile.py",  # 100,000-pod lists and watches
+)
+
+# Slow tests that start the exporter, Prometheus or Alertmanager as a process (so does
+# every test in a file named *_e2e.py), less the soaks.
+E2E = (
+    "tests/e2e/",
+    "tests/reliability/",
+    "tests/deploy/test_annotation_scrape.py",  # a real Prometheus
+    "tests/deploy/test_image.py",  # the exporter in its image
+    "tests/alerts/test_alertmanager_config.py::test_inhibitions_in_a_real_alertmanager",
+    "tests/alerts/test_alertmanager_config.py::test_every_alert_rule_reaches_its_receiver",
+)
+
+# The soaks: minutes each.
+SOAK = (
+    "tests/reliability/test_soak.py",
+    "tests/reliability/test_attack_soak.py",
 )
 
 
@@ -58,8 +77,16 @@ def _short_event_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(events, "WAIT_MS", 50)
 
 
-def _slow(nodeid: str) -> bool:
-    return nodeid.startswith(SLOW) or nodeid.split("::")[0].endswith("_e2e.py")
+def _e2e_file(nodeid: str) -> bool:
+    return nodeid.split("::")[0].endswith("_e2e.py")
+
+
+def _marks(nodeid: str) -> list[str]:
+    """The marks a test gets by its id: slow, e2e, soak."""
+    soak = nodeid.startswith(SOAK)
+    e2e = not soak and (nodeid.startswith(E2E) or _e2e_file(nodeid))
+    slow = nodeid.startswith(SLOW) or _e2e_file(nodeid)
+    return [m for m, on in (("slow", slow), ("e2e", e2e), ("soak", soak)) if on]
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -78,8 +105,8 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _slow(item.nodeid):
-            item.add_marker(pytest.mark.slow)
+        for mark in _marks(item.nodeid):
+            item.add_marker(getattr(pytest.mark, mark))
 
 
 def _children() -> dict[int, str]:

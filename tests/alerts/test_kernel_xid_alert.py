@@ -12,8 +12,8 @@ import yaml
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import Fault
-from tests.exposition import find
-from tests.nvml.simnode import CATALOG, node, until
+from tests.support.exposition import find
+from tests.support.simnode import CATALOG, node, until
 
 ALERT = "GPUXidHardwareCritical"
 

@@ -35,9 +35,9 @@ import pytest
 import yaml
 
 from exporter.catalog.renames import renames
-from tests.kube.fakeapi import FakeAPIServer
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, Prometheus, http_get, require, wait_until
+from tests.support.fakeapi import FakeAPIServer
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TIMESLICE = ROOT / "tests" / "fixtures" / "timeslice"

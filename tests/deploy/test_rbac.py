@@ -12,7 +12,7 @@ import pytest
 from exporter.workloads.apiserver.apiclient import ApiClient
 from exporter.workloads.apiserver.kubeconfig import ClusterConfig
 from exporter.workloads.apiserver.watch import PodWatcher, Timing
-from tests.kube.fakeapi import FakeAPIServer, load
+from tests.support.fakeapi import FakeAPIServer, load
 
 FAST = Timing(backoff_initial_s=0.05, backoff_max_s=0.2, watch_timeout_s=30, read_grace_s=5)
 # HTTP method -> verb for a request without an object name (collections).

@@ -61,8 +61,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, Prometheus, free_port, http_get, require, wait_until
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 FLEETS = ROOT / "tests" / "fixtures" / "fleets"
 FIXTURES = ROOT / "tests" / "fixtures" / "alerting"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.exposition import find, masked
 from tests.procs import ROOT, Exporter, require, wait_until
+from tests.support.exposition import find, masked
 
 FLEETS = ROOT / "tests" / "fixtures" / "fleets"
 GOLDEN = ROOT / "tests" / "golden"

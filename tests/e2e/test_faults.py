@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests.exposition import find
 from tests.procs import ROOT, Exporter, http_get, wait_until
+from tests.support.exposition import find
 
 FLEETS = ROOT / "tests" / "fixtures" / "fleets"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 NAME = re.compile(r"`((?:gpu_exporter|DCGM_FI|DCGM_EXP)_[A-Za-z0-9_]+)")
 # words by which a README sentence says that a series exists only sometimes

@@ -39,12 +39,12 @@ import yaml
 from exporter.config.model import default_metrics_file
 from exporter.runtime import heap
 from exporter.workloads.kubelet.generated import podresources_pb2 as pb
-from tests.exposition import find
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids
-from tests.kube.hostileapi import HostileAPIServer
 from tests.procs import ROOT, Exporter
 from tests.reliability import attack_report, attacks
-from tests.web.certs import CA
+from tests.support.certs import CA
+from tests.support.exposition import find
+from tests.support.fakekubelet import FakeKubelet, fleet_ids
+from tests.support.hostileapi import HostileAPIServer
 
 FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 DOC = ROOT / "docs" / "reliability.md"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from exporter.workloads.kubelet.generated import podresources_pb2 as pb
-from tests.kube.fakekubelet import FakeKubelet
-from tests.kube.hostileapi import HostileAPIServer, pod, pod_list
+from tests.support.fakekubelet import FakeKubelet
+from tests.support.hostileapi import HostileAPIServer, pod, pod_list
 
 HALF_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
 

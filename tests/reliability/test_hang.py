@@ -13,8 +13,8 @@ import statistics
 import time
 from datetime import datetime
 
-from tests.exposition import find
 from tests.procs import ROOT, Exporter, http_get, wait_until
+from tests.support.exposition import find
 
 FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 

@@ -8,7 +8,7 @@ API server serves them in pod label values and names, UIDs, pod names and namesp
 namespace and container names; a reloaded metrics file carries them in a help text. What a
 user checks: /health and /ready answer 200, collection goes on, each such code point is
 exported as U+FFFD, the exposition parses, and the log says so once, not once per cycle.
-HPC job files and container names from a runtime socket carry them in tests/unit/
+HPC job files and container names from a runtime socket carry them in tests/workloads/
 (test_hpcjobs.py, test_containers.py): --container-labels is ignored under -k.
 """
 
@@ -24,10 +24,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config.model import default_metrics_file
-from tests.kube.fakeapi import FakeAPIServer
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, wait_until
 from tests.reliability.test_kube_faults import kubeconfig
+from tests.support.fakeapi import FakeAPIServer
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 PODS = ROOT / "tests" / "fixtures" / "hostile" / "pods.yaml"
 FRESH = re.compile(r"^gpu_exporter_last_collection_success_timestamp_seconds (\S+)$", re.M)

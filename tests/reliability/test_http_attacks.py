@@ -26,7 +26,7 @@ import bcrypt
 import pytest
 
 from tests.procs import Exporter, http_get, wait_until
-from tests.web.certs import CA
+from tests.support.certs import CA
 
 RSS_MIB = 96
 FRESH = re.compile(rb"^gpu_exporter_last_collection_success_timestamp_seconds (\S+)$", re.M)
@@ -211,7 +211,7 @@ def test_header_flood_and_slowloris(tmp_path, stop_after):
 def test_clients_that_never_read(tmp_path, stop_after):
     """Clients that pipeline requests and never read are cut off after the write timeout;
     their fds are returned and SIGTERM is not delayed by them. (The scrape limit is
-    raised past the 40 clients: how they meet it is test_scrape_limit.py's subject.)"""
+    raised past the 40 clients: how they meet it is test_routes_scrape_limit.py's subject.)"""
     node = Exporter(
         "-c", "500", "--max-connections", "100", "--max-concurrent-scrapes", "100",
         "--http-write-timeout", "1500", "--http-timeout", "5000", log=tmp_path / "log",

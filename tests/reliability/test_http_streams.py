@@ -17,9 +17,9 @@ import time
 import bcrypt
 import pytest
 
+from tests.http.test_headers import FRAMED, HEAD
 from tests.procs import Exporter, wait_until
 from tests.reliability.test_http_attacks import Baseline, answered_within
-from tests.web.test_header_budget import FRAMED, HEAD
 
 GROWTH_MIB = 32
 CONNECTIONS = 100

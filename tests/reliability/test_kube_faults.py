@@ -1,9 +1,9 @@
 """Kubelet and API-server faults end to end, seen from the GPU series: whatever they do,
 every GPU and MIG instance keeps its series and fresh values, and scrapes stay fast.
 
-tests/kube/test_mapper.py checks each kubelet fault's handling (backoff, last good map
-kept, grace period), tests/kube/test_attribution_e2e.py a restart and a missing socket
-through /ready, tests/kube/test_apiserver.py each API-server fault in the watcher; these
+tests/workloads/test_mapper.py checks each kubelet fault's handling (backoff, last good map
+kept, grace period), tests/e2e/test_kubelet_attribution.py a restart and a missing socket
+through /ready, tests/workloads/apiserver/test_watch.py each API-server fault in the watcher; these
 run them one after another against one exporter and check that no GPU series goes
 missing at any point.
 """
@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from tests.exposition import find
-from tests.kube.fakeapi import FakeAPIServer
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, http_get, wait_until
+from tests.support.exposition import find
+from tests.support.fakeapi import FakeAPIServer
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 ENTITIES = 6 + 7 + 4  # whole GPUs 0-5, seven instances on GPU 6, four on GPU 7
 

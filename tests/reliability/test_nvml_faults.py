@@ -1,9 +1,9 @@
 """NVML faults in-process, one cycle at a time on a ManualClock: NVML unusable in each
 way it can be, and MIG reconfigured under a running cycle.
 
-tests/nvml/test_collector.py covers the basic cases (lost GPU, an unload refused while
-NVML is held, MIG reconfigured between cycles, an XID burst), tests/nvml/
-test_driver_upgrade.py a driver upgrade; these add the exit, stale handles and the
+tests/test_collector.py covers the basic cases (lost GPU, an unload refused while
+NVML is held, MIG reconfigured between cycles, an XID burst), tests/
+test_poller_driver_upgrade.py a driver upgrade; these add the exit, stale handles and the
 series left behind.
 """
 
@@ -22,8 +22,8 @@ from exporter.config.model import default_metrics_file
 from exporter.poller import EXIT_NVML, Poller
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault
-from tests.exposition import find
 from tests.procs import Exporter
+from tests.support.exposition import find
 
 CATALOG = load(default_metrics_file())
 EPOCH = 1_700_000_000

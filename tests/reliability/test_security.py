@@ -16,7 +16,7 @@ import bcrypt
 from exporter.catalog.metricsfile import load
 from exporter.config.model import Config, default_metrics_file
 from tests.procs import ROOT, Exporter, wait_until
-from tests.web.certs import CA
+from tests.support.certs import CA
 
 PACKAGE = ROOT / "exporter"
 # Calls that run code or commands, or unpickle: none in the exporter. The simulator's
@@ -162,7 +162,7 @@ def test_label_values_cannot_inject_series():
     from exporter.exposition.selfmetrics import SelfMetrics
     from exporter.workloads.attribution import Holder
     from exporter.workloads.mapper import Owner
-    from tests.exposition import samples
+    from tests.support.exposition import samples
 
     catalog = load(default_metrics_file())
     sim.install(None, latency=False)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, wait_until
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 REPS = 20
 STOP_S = 2.0  # issue 15: SIGTERM/SIGINT end the process within 2 s

@@ -17,9 +17,9 @@ import threading
 import time
 
 from exporter.config.model import default_metrics_file
-from tests.exposition import samples
-from tests.kube.fakekubelet import FakeKubelet, fleet_ids, load_pods
 from tests.procs import ROOT, Exporter, wait_until
+from tests.support.exposition import samples
+from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 

@@ -4,7 +4,7 @@ Every event is counted exactly (the counters are the events, not samples of
 them), the exporter's memory does not grow with the number of events (it is
 bounded by the distinct GPU, instance and XID combinations), scrapes stay fast,
 and the log says each XID at most once a minute instead of 1,000 times a second.
-tests/nvml/test_collector.py counts a single burst of 1,000 in-process.
+tests/test_collector.py counts a single burst of 1,000 in-process.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections import Counter
 
 import yaml
 
-from tests.exposition import find
 from tests.procs import ROOT, Exporter
+from tests.support.exposition import find
 
 FIXTURES = ROOT / "tests" / "fixtures" / "reliability"
 

@@ -12,8 +12,8 @@ import pynvml
 import pytest
 
 from exporter.sim import models
-from tests.nvml.simnode import blackwell
 from tests.sim.handles import handle, mig_handles
+from tests.support.simnode import blackwell
 
 F = pynvml
 H100 = "NVIDIA H100 80GB HBM3"

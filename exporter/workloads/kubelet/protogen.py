@@ -1,7 +1,7 @@
 """Regenerates the gRPC stubs in generated/ from proto/, beside this module.
 
 Run ``python -m exporter.workloads.kubelet.protogen`` after editing the .proto (needs
-grpcio-tools, a test dependency). tests/kube/test_protogen.py fails when the
+grpcio-tools, a test dependency). tests/workloads/kubelet/test_protogen.py fails when the
 committed stubs differ from what this produces.
 """
 

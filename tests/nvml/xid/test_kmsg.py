@@ -1,0 +1,106 @@
+"""XIDs from the kernel log beside NVML events, as DCGM 4.x reads them: 79, 119 and 120
+from /dev/kmsg records (DcgmKmsgReader.cpp), mapped to GPUs by PCI bus id, each XID
+counted once whichever way it arrives."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pynvml
+
+from exporter.nvml.xid import kmsg
+from exporter.sim import Fault
+from tests.support.simnode import node, until
+
+DEFAULT_BUS_1 = "0000:2a:00"  # GPU 1 of the default fleet: 00000000:2A:00.0
+
+
+def counts(col) -> dict[tuple[int, int | None, int], int]:
+    """{(GPU index, GPU instance, XID): count} of the collector's XID counters."""
+    index = {g.uuid: g.index for g in col.enumerator._seen.values()}
+    return {(index[u], gi, x): n for u, gi, _ci, x, n in col.xid.state().counts}
+
+
+def record(path, text: str, seq: int = 1) -> None:
+    with open(path, "ab") as f:
+        f.write(f"4,{seq},{os.getpid()},-;{text}\n".encode())
+
+
+def test_xid_79_comes_from_the_kernel_log_with_the_nvml_event_path_silent(tmp_path):
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        # logged before the exporter started: not counted (its counters start with it)
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 120, pid=1, name=x, before")
+        n.cycle()
+        [evset] = n.driver.events.sets.values()
+        n.driver.inject(Fault("xid", gpu=1, xid=79))
+        n.driver.inject(Fault("xid", gpu=2, xid=119, count=2))
+        assert not evset.queue  # NVML never delivered them
+        until("the kernel log's XIDs", lambda: len(counts(n.col)) == 2)
+        assert counts(n.col) == {(1, None, 79): 1, (2, None, 119): 2}
+        assert dict(n.cycle().xid.last)[n.driver.gpus[1].uuid] == 79
+
+
+def test_without_the_kernel_log_xid_79_is_never_counted():
+    """What the kernel log is for: NVML events alone never carry XID 79."""
+    with node() as n:
+        n.cycle()
+        n.driver.inject(Fault("xid", gpu=1, xid=79))
+        n.driver.inject(Fault("xid", gpu=1, xid=48))  # delivered as an event
+        until("XID 48", lambda: (1, None, 48) in counts(n.col))
+        assert (1, None, 79) not in counts(n.col)
+
+
+def test_an_xid_that_arrives_both_ways_counts_once(tmp_path):
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        n.cycle()
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 79, pid='<unknown>', name=<unknown>, ")
+        until("XID 79 from the kernel log", lambda: (1, None, 79) in counts(n.col))
+        xid = pynvml.nvmlEventTypeXidCriticalError
+        with n.driver.lock:  # a driver that also delivers it as an event
+            n.driver.events.publish(n.driver.gpus[1], xid, 79, n.driver.now())
+        n.driver.inject(Fault("xid", gpu=1, xid=48))  # an event, and a kernel log line
+        until("XID 48, the event after 79's", lambda: (1, None, 48) in counts(n.col))
+        n.cycle()
+        assert counts(n.col) == {(1, None, 79): 1, (1, None, 48): 1}
+
+
+def test_other_records_and_malformed_ones_are_skipped(tmp_path):
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        n.cycle()
+        record(log, "usb 1-1: new high-speed USB device number 2 using xhci_hcd")
+        record(log, "NVRM: Xid (PCI:0000:99:00): 79, pid=1, name=x, no such GPU here")
+        record(log, "NVRM: Xid (PCI:0000:2a:00): seventy-nine, pid=1")
+        record(log, "NVRM: Xid (PCI:0000:2a:00): 79, " + "x" * 5_000)  # too long, one read
+        # too long over many reads; no part of it is a line of its own
+        record(log, "x" * 100_000 + " NVRM: Xid (PCI:0000:2a:00): 119, tail")
+        with open(log, "ab") as f:
+            f.write(os.urandom(4096).replace(b"\n", b" ") + b"\n")
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 120, pid=7, name=python3, GSP error")
+        until("XID 120", lambda: (1, None, 120) in counts(n.col))
+        assert counts(n.col) == {(1, None, 120): 1}
+
+
+def test_an_unreadable_kernel_log_leaves_the_codes_to_nvml_events(tmp_path, caplog):
+    missing = tmp_path / "no" / "kmsg"
+    with caplog.at_level(logging.WARNING), node(kernel_log=str(missing), sim_log=False) as n:
+        n.cycle()
+        with n.driver.lock:
+            n.driver.events.publish(n.driver.gpus[1], pynvml.nvmlEventTypeXidCriticalError, 79, 0)
+        until("XID 79 from NVML", lambda: (1, None, 79) in counts(n.col))
+        n.cycle()
+    lines = [r.getMessage() for r in caplog.records if str(missing) in r.getMessage()]
+    assert len(lines) == 1 and "NVML events" in lines[0]
+
+
+def test_the_rest_of_a_line_too_long_is_not_read_as_a_line():
+    """A line over MAX_LINE is dropped up to its end, however the reads cut it."""
+    got: list = []
+    lines = kmsg._Lines(kmsg.KernelLog("/dev/null", lambda bus, xid: got.append(xid)))
+    lines.feed(b"4,1,1,-;" + b"x" * (kmsg.MAX_LINE + 10))
+    lines.feed(b"NVRM: Xid (PCI:0000:2a:00): 119, tail\n")
+    lines.feed(b"4,2,2,-;NVRM: Xid (PCI:0000:2a:00): 120, pid=1, next line\n")
+    assert got == [120]
