@@ -150,3 +150,62 @@ def test_http_lives_in_its_package():
                   "httplog", "fastpath", "routes", "accesslog"}  # fmt: skip
     assert not top & http_words, top & http_words
     assert not (PACKAGE / "webconfig").exists()
+
+
+def _every_import(name: str, path: Path) -> set[str]:
+    """Every module ``name`` imports, wherever: at load time, under TYPE_CHECKING or in a
+    function (absolute names; relative imports resolved)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+# package -> the packages none of its modules may import, in any form
+FORBIDDEN = {
+    # rendering turns frames into bytes: it reads no workload source and no derived state
+    "exporter.exposition": ("exporter.workloads", "exporter.derive"),
+    # workload sources hand over records (exporter/frame.py), never text
+    "exporter.workloads": ("exporter.exposition",),
+}
+
+
+def _violations() -> list[str]:
+    found = []
+    for name, path in _sources().items():
+        for package, banned in FORBIDDEN.items():
+            if name != package and not name.startswith(package + "."):
+                continue
+            for imported in sorted(_every_import(name, path)):
+                if imported.startswith(tuple(f"{b}." for b in banned)) or imported in banned:
+                    found.append(f"{name} imports {imported}")
+    return found
+
+
+def test_stages_import_in_one_direction():
+    """collect -> derive -> render: exposition imports nothing from workloads/ or derive/,
+    and workloads/ nothing from exposition/, TYPE_CHECKING and function-level imports
+    included; what crosses is in exporter/frame.py."""
+    assert _violations() == []
+
+
+def test_the_direction_check_sees_every_kind_of_import(tmp_path: Path):
+    """The check finds an import under TYPE_CHECKING, in a function and a relative one."""
+    src = tmp_path / "m.py"
+    src.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from exporter.workloads.mapper import PodMap\n"
+        "def f():\n    import exporter.derive.stage\n"
+        "from ..derive import xids\n"
+    )
+    got = _every_import("exporter.exposition.m", src)
+    assert {"exporter.workloads.mapper.PodMap", "exporter.derive.stage"} <= got
+    assert "exporter.derive.xids" in got
