@@ -176,7 +176,7 @@ class Builder:
 
     @property
     def dcgm_text(self) -> str:
-        """The DCGM part of the exposition, from the last published snapshot."""
+        """The DCGM part of the exposition, from the last rendered frame."""
         return b"".join(self.dcgm_parts).decode()
 
     def _layout_cached(
