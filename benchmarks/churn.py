@@ -80,7 +80,7 @@ async def run(
     await web.TCPSite(runner, "127.0.0.1", port).start()
     replaced = 0
     try:
-        while poller.cycles < 1:
+        while poller.snapshot is None:  # the first cycle has been published
             await asyncio.sleep(0.01)
         mig_gpus = [g.index for g in driver.gpus if g.mig_enabled]
         state = dict.fromkeys(mig_gpus, False)  # False: seven instances now

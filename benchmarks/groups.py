@@ -61,7 +61,7 @@ async def run(seconds: float, interval_s: float, every_s: float | None) -> dict[
     gpus = 8
     return {
         "collection": f"{FIELDS} every {every_s} s" if every_s else "none",
-        "cycles": poller.cycles,
+        "cycles": poller.selfmetrics.collections["success"],  # every cycle succeeds here
         "reads_per_gpu": {
             "GPU_TEMP": calls["nvmlDeviceGetTemperatureV"] / gpus,
             "POWER_USAGE": calls["nvmlDeviceGetPowerUsage"] / gpus,

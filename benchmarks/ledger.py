@@ -4,13 +4,15 @@
         [--churn 2000] [--retention 120]                        (prints JSON)
 
 ``publish``: the worker's publish step (the holders' uses as pod attribution hands them
-over, DCGM render, accounting, self-metrics, plain and gzip bytes) on snapshots one
+over, the derive stage, the render, self-metrics, plain and gzip bytes) on snapshots one
 simulated second apart, ``--pods`` of the series devices held by one container each
-(MIG instances first, as benchmarks/pods.py hands them out), with accounting and
-without it, batch for batch in turn on the same snapshots (paired rounds: the host's
-speed moves within seconds); ``extra_ms`` is the median of the per-round differences.
-With ``--replace N`` one pod is replaced by a new one every N cycles, so that ended
-holders accumulate for the retention (all of them, in a run this short).
+(MIG instances first, as benchmarks/pods.py hands them out): ``with_ms``. Accounting
+alone (a Ledger's update and frozen values, then their text, as the derive stage and
+the render run them) on the same snapshots, batch for batch in turn with the publish
+step (paired rounds: the host's speed moves within seconds): ``extra_ms`` is its median
+per cycle, ``without_ms`` the publish step less it. With ``--replace N`` one pod is
+replaced by a new one every N cycles, so that ended holders accumulate for the
+retention (all of them, in a run this short).
 
 ``processes``: the modelled driver cost of the process lists a cycle reads (latency
 model on), with the accounting policy (workloads/usage.py: shared devices, devices no one
@@ -40,8 +42,11 @@ from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
+from exporter.derive.accounting.ledger import Ledger
+from exporter.exposition.accounting import AccountText
+from exporter.frame import Owner
 from exporter.poller import Poller
-from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.mapper import PodMap
 from exporter.workloads.usage import Usage, device_uses, wants_processes
 
 EPOCH = 1.8e9
@@ -73,34 +78,47 @@ def publish(fleet: str, pods: int, batches: int, replace: int = 0) -> dict[str, 
         # with --replace N, one pod is replaced by a new one every N cycles
         podmaps = [_podmap(keys, i // replace if replace else 0) for i in range(len(snaps))]
         usage = Usage()
-        results: dict[bool, list[float]] = {True: [], False: []}
-        pollers = {on: Poller(catalog, collector, 1.0, 10.0) for on in (True, False)}
-        pollers[False].builder.accounting = False
+        uses = [
+            usage.uses(snap, pm, None) if pods else None  # --pods 0: each device holds itself
+            for snap, pm in zip(snaps, podmaps, strict=True)
+        ]
+        poller = Poller(catalog, collector, 1.0, 10.0)
+        ledger, account_text = Ledger(), AccountText()
+        results: dict[str, list[float]] = {"publish": [], "accounting": []}
+        acct = b""
+
+        def publish(i: int) -> None:
+            frame = poller.derive.cycle(snaps[i], catalog, uses=uses[i])
+            poller.builder.render(frame, catalog)
+            poller.exposition = poller.builder.build()
+
+        def accounting(i: int) -> None:
+            nonlocal acct
+            ledger.update(snaps[i], uses[i])
+            acct = account_text.families(ledger.accounts(uses[i], snaps[i].entities))[0].encode()
+
         for b in range(batches + 1):  # the first round warms up
-            for on in (True, False) if b % 2 else (False, True):
-                p = pollers[on]
+            for part in ("publish", "accounting") if b % 2 else ("accounting", "publish"):
+                step = publish if part == "publish" else accounting
                 c0 = time.thread_time()
                 for i in range(b * BATCH, (b + 1) * BATCH):
-                    snap = snaps[i]
-                    # --pods 0: no pod attribution, each device holds itself
-                    uses = usage.uses(snap, podmaps[i], None) if on and pods else None
-                    p.builder.dcgm(snap, catalog, uses=uses)
-                    p.exposition = p.builder.build()
+                    step(i)
                 if b:
-                    results[on].append((time.thread_time() - c0) / BATCH * 1e3)
-        diffs = [a - b for a, b in zip(results[True], results[False], strict=True)]
-        expo = pollers[True].exposition
+                    results[part].append((time.thread_time() - c0) / BATCH * 1e3)
+        extra = statistics.median(results["accounting"])
+        expo = poller.exposition
         out = {
             "pods": len(devices),
-            "with_ms": round(min(results[True]), 3),
-            "without_ms": round(min(results[False]), 3),
-            "extra_ms": round(statistics.median(diffs), 3),
+            "with_ms": round(min(results["publish"]), 3),
+            "without_ms": round(min(results["publish"]) - extra, 3),
+            "extra_ms": round(extra, 3),
             "replace_every": replace,
-            "holders": len(pollers[True].builder.ledger.holders),
+            "holders": len(poller.derive.ledger.holders),
             "plain_bytes": len(expo.plain),
-            "plain_bytes_without": len(pollers[False].exposition.plain),
+            "plain_bytes_without": len(expo.plain) - len(acct),
             "gzip_bytes": len(expo.gzipped),
         }
+        poller.close()
         collector.close()
         return out
     finally:
@@ -165,7 +183,7 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
         catalog = load(default_metrics_file())
         collector = Collector(catalog, "bench-node", clock=lambda: EPOCH + clock())
         poller = Poller(catalog, collector, 1.0, 10.0)
-        poller.builder.ledger.retention_s = retention_s
+        poller.derive.ledger.retention_s = retention_s
         keys = sorted(d.key for d in collector.collect().entities)
         pods = [f"pod-{i:06d}" for i in range(len(keys))]
 
@@ -176,7 +194,7 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
                 pods[replaced % len(pods)] = f"pod-{len(keys) + replaced:06d}"
             owners = {k: (Owner("churn", pod, "main"),) for k, pod in zip(keys, pods, strict=True)}
             uses = device_uses(snap, PodMap(MappingProxyType(owners)), None)
-            poller.builder.dcgm(snap, catalog, uses=uses)
+            poller.builder.render(poller.derive.cycle(snap, catalog, uses=uses), catalog)
             poller.exposition = poller.builder.build()
 
         for _ in range(20):
@@ -189,10 +207,10 @@ def churn(fleet: str, holders: int, retention_s: float) -> dict[str, Any]:
             if r % 50 == 0:
                 peak = max(peak, rss_mib(os.getpid()))
         cpu_ms = (time.process_time() - c0) / holders * 1e3
-        most_kept = len(poller.builder.ledger.holders)
+        most_kept = len(poller.derive.ledger.holders)
         for _ in range(int(retention_s) + 5):
             cycle(0)
-        ledger = poller.builder.ledger
+        ledger = poller.derive.ledger
         out = {
             "holders_gone": holders,
             "retention_s": retention_s,

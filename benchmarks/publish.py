@@ -1,4 +1,4 @@
-"""Publishing alone: the DCGM render and the build (self-metrics, plain and gzip bytes).
+"""Publishing alone: derive and render, and the build (self-metrics, plain and gzip bytes).
 
     python -m benchmarks.publish FLEET.yaml [--pods 60] [--batches 8]   (prints JSON)
 
@@ -32,10 +32,9 @@ from exporter import sim
 from exporter.catalog.metricsfile import Catalog, load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
+from exporter.frame import Held, Holder, Owner
 from exporter.poller import Poller
 from exporter.snapshot import Snapshot
-from exporter.workloads.attribution import Holder
-from exporter.workloads.mapper import Owner
 
 EPOCH = 1.8e9
 SNAPSHOTS = 12
@@ -54,11 +53,12 @@ class _Publisher:
 
     def batch(self, snaps: list[Snapshot], first: int) -> None:
         builder = self.poller.builder
+        held = Held(self.holders)
         render = build = 0.0
         for i in range(BATCH):
             snap = snaps[(first + i) % SNAPSHOTS]
             c0 = time.thread_time()
-            builder.dcgm(snap, self.catalog, self.holders)
+            builder.render(self.poller.derive.cycle(snap, self.catalog, held), self.catalog)
             c1 = time.thread_time()
             self.poller.exposition = builder.build()
             c2 = time.thread_time()

@@ -20,9 +20,9 @@ from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.frame import KubeStatus
 from exporter.sim.clock import ManualClock
 from exporter.snapshot import CollectorResult
-from exporter.workloads.attribution import KubeStatus
 
 BATCHES, PER_BATCH = 10, 100
 

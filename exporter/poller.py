@@ -1,5 +1,10 @@
 """The collection loop: NVML work in one worker thread, then the exposition built from it.
 
+A cycle is three stages, one direction: collect (the collector: NVML -> a frozen
+Snapshot), then pod attribution on the event loop, then derive (derive/stage.py: the
+state across cycles -> a frozen Frame) and render (exposition/: Frame -> bytes), both
+in the worker thread, as the ``publish`` step.
+
 Each interval the poller hands one cycle to a single worker thread and waits
 at most the collect timeout. A cycle that overruns is left to finish on its
 own (no second thread is started while it hangs, so threads never pile up)
@@ -30,15 +35,16 @@ from typing import TYPE_CHECKING, Any
 from exporter.catalog.groups import resolve
 from exporter.catalog.metricsfile import Catalog
 from exporter.collector import Collector
+from exporter.derive.stage import Derive
 from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.frame import Held, Workloads
 from exporter.nvml.session import DriverGone
 from exporter.runtime.heap import Trimmer, limit_arenas
 from exporter.runtime.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
 
 if TYPE_CHECKING:
-    from exporter.exposition import jobs
     from exporter.workloads.attribution import Attribution
     from exporter.workloads.containers import Runtime
     from exporter.workloads.hpcjobs import JobFiles
@@ -73,7 +79,8 @@ class Poller:
         limit_arenas()  # before the worker thread allocates anything
         self.selfmetrics = SelfMetrics(interval_s, attribution.status if attribution else None)
         self.selfmetrics.skipped_rows = catalog.skipped
-        self.builder = Builder(self.selfmetrics, cfg)  # cfg: -d and the DCGM_EXP_* windows
+        self.derive = Derive(cfg)  # cfg: the DCGM_EXP_* windows, accounting's settings
+        self.builder = Builder(self.selfmetrics, cfg)  # cfg: -d, the release's labels
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self.snapshot: Snapshot | None = None
         self.last_ok_monotonic: float | None = None
@@ -84,7 +91,6 @@ class Poller:
         self._step_logs = {step: RateLimited(STEP_LOG_S) for step in STEPS}
         self.failing = ""  # why the last cycle's attribution or publish failed, if it did
         self._started = 0.0  # monotonic start of the cycle in the worker
-        self.cycles = 0  # snapshots published (benchmarks/churn.py reads it)
         self.exit_status = 0  # EXIT_NVML once NVML is unusable: run() has ended
         self.on_fatal: Callable[[], None] = lambda: None  # then called, once
         self._trimmer = Trimmer()
@@ -100,7 +106,7 @@ class Poller:
             from exporter.workloads.containers import Runtime
 
             self.runtime = Runtime(socket, interval_s)
-        self._workloads: jobs.Workloads | None = None
+        self._workloads: Workloads | None = None
         self.exposition: Exposition = self.builder.build()
 
     @property
@@ -275,28 +281,28 @@ class Poller:
             log.warning("%s; serving the last snapshot", self.stuck)
 
     def publish(self, snap: Snapshot, group: bool = False) -> None:
-        """Build the exposition that scrapes serve from a snapshot. When the DCGM part
-        cannot be built, it raises before anything of the cycle is published.
+        """Derive the frame of a snapshot and render the exposition that scrapes serve.
+        When the DCGM part cannot be rendered, it raises before anything of the cycle is
+        published (the derived state has advanced: the next cycle carries on from it).
 
         ``group``: the snapshot of a cycle with a group's newer values; the cycle's
-        counts, windows and health stay as they are.
+        counts, windows, health and accounts stay as they are.
         """
         sm = self.selfmetrics
         attr = self.attribution
         workloads = self._workloads if group else self.workloads(snap)
+        uses = None
         if attr is None:
-            series = self.builder.dcgm(snap, self.catalog, again=group, workloads=workloads)
+            held = Held(workloads=workloads)
         else:
-            series = self.builder.dcgm(
-                snap,
-                self.catalog,
-                attr.holders(),
-                attr.splits(snap),
-                attr.sharers(),
-                again=group,
-                workloads=workloads,
-                uses=None if group else attr.usage(snap),
-            )
+            held = Held(attr.holders(), tuple(attr.splits(snap)), attr.sharers(), workloads)
+            uses = None if group else attr.usage(snap)
+        if group:
+            frame = self.derive.again(snap, held)
+        else:
+            frame = self.derive.cycle(snap, self.catalog, held, uses)
+        series = self.builder.render(frame, self.catalog)
+        if attr is not None:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
         sm.series = series
@@ -304,7 +310,6 @@ class Poller:
         sm.snapshot = snap
         if not group:
             self._workloads = workloads
-            self.cycles += 1
             s = self.collector.session
             sm.nvml_up = s.up
             sm.driver_version, sm.nvml_version = s.driver_version, s.nvml_version
@@ -320,7 +325,7 @@ class Poller:
             self.last_ok_monotonic = time.monotonic()
         self._trimmer.tick()  # the old expositions' memory, freed here, back to the OS
 
-    def workloads(self, snap: Snapshot) -> jobs.Workloads | None:
+    def workloads(self, snap: Snapshot) -> Workloads | None:
         """This cycle's HPC jobs (job files read now) and containers holding devices."""
         if self.job_files is None and self.runtime is None:
             return None
@@ -330,8 +335,6 @@ class Poller:
             from exporter.workloads.containers import by_device
 
             held = by_device(self.runtime.held, snap.gpus + snap.entities)
-        from exporter.exposition.jobs import Workloads
-
         return Workloads(job_map, held)
 
     def _publish_self(self) -> None:

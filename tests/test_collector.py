@@ -13,10 +13,9 @@ from exporter import sim
 from exporter.catalog.metricsfile import load, parse
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault
+from tests.support.exposition import Stages
 
 ROOT = Path(__file__).parents[1]
 MIXED = ROOT / "tests" / "fixtures" / "fleets" / "mixed.yaml"
@@ -24,9 +23,9 @@ MIXED = ROOT / "tests" / "fixtures" / "fleets" / "mixed.yaml"
 
 def render(snap, catalog):
     """The DCGM part of the exposition built from one snapshot, and its series count."""
-    b = Builder(SelfMetrics(1.0))
-    n = b.dcgm(snap, catalog)
-    return b.dcgm_text, n
+    b = Stages()
+    n = b.publish(snap, catalog)
+    return b.text, n
 
 
 CATALOG = load(default_metrics_file())

@@ -11,8 +11,9 @@ import pytest
 from exporter import sim
 from exporter.catalog.metricsfile import parse
 from exporter.collector import Collector
+from exporter.frame import Owner
 from exporter.sim import FLEETS_DIR
-from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.mapper import PodMap
 from exporter.workloads.usage import wants_processes
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from exporter.frame import Owner
 from exporter.nvml.processes import ProcessReader
 from exporter.sim import Fault
-from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.mapper import PodMap
 from exporter.workloads.sharing import split_shared
 from tests.support.simnode import H100, blackwell, node, until
 

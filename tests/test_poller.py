@@ -83,12 +83,12 @@ async def test_a_failing_publish_keeps_the_last_exposition(node, monkeypatch, ca
     _, poller = node
     await poller.cycle()
     temps = find(poller.exposition.plain.decode(), "DCGM_FI_DEV_GPU_TEMP")
-    good = poller.builder.dcgm
+    good = poller.builder.render
 
     def bad(*args, **kwargs):
         return "\ud800".encode()
 
-    monkeypatch.setattr(poller.builder, "dcgm", bad)
+    monkeypatch.setattr(poller.builder, "render", bad)
     with caplog.at_level("ERROR", logger="exporter.poller"):
         await poller.cycle()
         await poller.cycle()
@@ -99,7 +99,7 @@ async def test_a_failing_publish_keeps_the_last_exposition(node, monkeypatch, ca
         "collection cycle: publish failed (Unicod"
     ]
     assert any("publish step" in w and "surrogates" in w for w in poller.readiness()[1])
-    monkeypatch.setattr(poller.builder, "dcgm", good)
+    monkeypatch.setattr(poller.builder, "render", good)
     await poller.cycle()
     assert self_metric(poller, "gpu_exporter_collections_total", result="success") == 2
     assert not any("publish step" in w for w in poller.readiness()[1])

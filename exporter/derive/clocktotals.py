@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections import Counter
 
 from exporter.derive.windows import CLOCK_EVENTS, REASON_FIELDS
+from exporter.frame import Totals
 from exporter.snapshot import Snapshot
-
-Totals = dict[str, tuple[tuple[str, int], ...]]
-"""GPU key -> (clock_event, count) per reason counted so far, in bit order."""
 
 _ORDER = {name: i for i, (_bit, name) in enumerate(CLOCK_EVENTS)}
 

@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-from exporter.derive import xidcatalog
-from exporter.derive.windows import WindowCounts
+from exporter.derive import healthcodes, xidcatalog
+from exporter.frame import HealthSeries, WindowCounts
 from exporter.snapshot import Snapshot
 
 PASS, WARN, FAIL = 0, 10, 20
@@ -68,14 +67,6 @@ _FAILS: dict[int, str] = {
     171: "DCGM_FR_XID_ERROR",  # uncorrectable DRAM error
     172: "DCGM_FR_XID_ERROR",  # uncorrectable SRAM error
 }
-
-
-class HealthSeries(NamedTuple):
-    """One series: ``health_watch``, ``health_error_code`` and the result (0/10/20)."""
-
-    watch: str
-    error_code: str
-    value: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +120,8 @@ def _incidents(inp: HealthInputs) -> list[tuple[str, int, str]]:
 
 
 def gpu_health(inp: HealthInputs) -> tuple[HealthSeries, ...]:
-    """One series per watched system, in WATCHES order; the worst incident of each."""
+    """One series per watched system, in WATCHES order; the worst incident of each, with
+    its code's severity and category (healthcodes.py)."""
     worst: dict[str, tuple[int, str]] = {}
     for watch, result, code in _incidents(inp):
         if result > worst.get(watch, (PASS, OK_CODE))[0]:
@@ -137,7 +129,7 @@ def gpu_health(inp: HealthInputs) -> tuple[HealthSeries, ...]:
     out = []
     for w in WATCHES:
         result, code = worst.get(w, (PASS, OK_CODE))
-        out.append(HealthSeries(w, code, result))
+        out.append(HealthSeries(w, code, result, *healthcodes.grade(code)))
     return tuple(out)
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from exporter.frame import WindowCounts
 from exporter.snapshot import Snapshot
 
 K = TypeVar("K", bound=Hashable)
@@ -93,18 +93,6 @@ class Window(Generic[K]):
                 total[k] = left
             else:
                 del total[k]
-
-
-@dataclass(frozen=True, slots=True)
-class WindowCounts:
-    """One exporter-made family's data: ``series`` = (device key, label value, count).
-
-    The label value is the XID code or the clock-event name; None marks the one
-    zero-valued series of a device with nothing in the window.
-    """
-
-    window_ms: int
-    series: tuple[tuple[str, str | None, int], ...] = ()
 
 
 def series(

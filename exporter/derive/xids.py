@@ -11,8 +11,8 @@ gone keeps the labels it had when it was last seen.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
 
+from exporter.frame import XidSeries
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
@@ -20,16 +20,6 @@ Ident = tuple[str, int | None, int | None]  # GPU UUID, GPU-instance id, compute
 GONE_KEEP = 5
 """Updates a device that went without an XID is still known for: the event thread may
 count an XID raised as a MIG instance was destroyed after the cycle that saw it gone."""
-
-
-@dataclass(frozen=True, slots=True)
-class XidSeries:
-    """One counter series: where (last known device), which code, charged to whom, how many."""
-
-    device: Device
-    xid: int
-    holder: Hashable | None  # the holder record from kube/, None without pod labels
-    count: int
 
 
 def ident(dev: Device) -> Ident:

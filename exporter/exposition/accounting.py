@@ -7,6 +7,7 @@ label as ``hostname``) and, with pod
 attribution, ``pod``, ``namespace`` and ``container``: not the bus id, device file or
 label fields, which say nothing accounting needs and would double the bytes. A
 holder's lines are prefixed once, when it is first rendered; a cycle writes values.
+The values come from derive/accounting/ (exporter.frame.Accounts).
 Unaccounted memory is exported for the devices that have some (absent: none).
 """
 
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from exporter.derive.accounting.claims import DeviceUse
-from exporter.derive.accounting.ledger import GpuAccount, HolderAccount, Ledger
 from exporter.exposition import text
-from exporter.nvml.devices import Device
+from exporter.frame import Accounts, GpuAccount, HolderAccount, HolderKey
 
 ALLOCATED = "gpu_exporter_allocated_gpu_seconds_total"
 BUSY = "gpu_exporter_busy_gpu_seconds_total"
@@ -54,74 +53,84 @@ def identity(labels: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return text.own_labels(labels, LEFT_OUT)
 
 
-def _holder_lines(acc: HolderAccount) -> tuple[str, ...]:
-    """``name{labels} `` of the holder's four counters, joined once."""
-    if not acc.text:
-        _, namespace, pod, container = acc.key
-        pairs = identity(acc.device_labels)
-        if pod or namespace or container:
-            pairs += [("pod", pod), ("namespace", namespace), ("container", container)]
-        acc.text = text.join(pairs)
-        acc.prefixes = tuple(f"{name}{{{acc.text}}} " for name in COUNTERS)
-    return acc.prefixes
+Labels = tuple[tuple[str, str], ...]
+Lines = tuple[str, str, str, str]
+HolderEntry = tuple[Labels, Lines, HolderAccount, Lines]  # labels, prefixes, record, lines
+GpuEntry = tuple[Labels, tuple[str, str]]  # labels, prefixes
 
 
-def _samples(acc: HolderAccount) -> tuple[str, str, str, str]:
-    """The holder's four sample lines."""
-    a, b, i, e = _holder_lines(acc)
-    return (
-        f"{a}{acc.allocated:.3f}\n",
-        f"{b}{acc.busy:.3f}\n",
-        f"{i}{acc.idle:.3f}\n",
-        f"{e}{acc.energy:.3f}\n",
-    )
+class AccountText:
+    """The accounting families' text; each holder's and GPU's label text is joined once
+    and kept by its key while the ledger keeps it (a record with other labels under the
+    same key is joined again), and an ended holder's lines are written once."""
 
+    def __init__(self) -> None:
+        # holder key -> (its labels, "name{labels} " of the four counters, record, lines)
+        self._holders: dict[HolderKey, HolderEntry] = {}
+        self._gpus: dict[str, GpuEntry] = {}
 
-def _gpu_lines(acc: GpuAccount) -> tuple[str, ...]:
-    if not acc.text:
-        acc.text = text.join(identity(acc.labels))
-        acc.prefixes = tuple(f"{name}{{{acc.text}}} " for name in (UNALLOCATED, UNATTRIBUTED))
-    return acc.prefixes
+    def _holder(self, acc: HolderAccount, last: Mapping[HolderKey, HolderEntry]) -> Lines:
+        """The holder's four sample lines (``last``: the previous cycle's entries)."""
+        got = last.get(acc.key)
+        if got is not None and got[2] is acc:
+            self._holders[acc.key] = got  # an ended holder: its values no longer change
+            return got[3]
+        if got is not None and (got[0] is acc.labels or got[0] == acc.labels):
+            prefixes = got[1]
+        else:
+            _, namespace, pod, container = acc.key
+            pairs = identity(acc.labels)
+            if pod or namespace or container:
+                pairs += [("pod", pod), ("namespace", namespace), ("container", container)]
+            joined = text.join(pairs)
+            a, b, i, e = (f"{name}{{{joined}}} " for name in COUNTERS)
+            prefixes = (a, b, i, e)
+        a, b, i, e = prefixes
+        lines = (
+            f"{a}{acc.allocated:.3f}\n",
+            f"{b}{acc.busy:.3f}\n",
+            f"{i}{acc.idle:.3f}\n",
+            f"{e}{acc.energy:.3f}\n",
+        )
+        self._holders[acc.key] = (acc.labels, prefixes, acc, lines)
+        return lines
 
+    def _gpu(self, acc: GpuAccount, last: Mapping[str, GpuEntry]) -> tuple[str, str]:
+        got = last.get(acc.key)
+        if got is None or not (got[0] is acc.labels or got[0] == acc.labels):
+            joined = text.join(identity(acc.labels))
+            got = (acc.labels, (f"{UNALLOCATED}{{{joined}}} ", f"{UNATTRIBUTED}{{{joined}}} "))
+        self._gpus[acc.key] = got
+        return got[1]
 
-def families(
-    ledger: Ledger, uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]
-) -> tuple[str, int]:
-    """Text and series count of the accounting families. ``uses`` None (no pod
-    attribution): no unaccounted-memory families."""
-    lines: dict[str, list[str]] = {name: [] for name in HELP}
-    allocated, busy, idle, energy = (lines[name] for name in COUNTERS)
-    for acc in ledger.holders.values():
-        got = acc.final or _samples(acc)
-        if acc.ended_at is not None:
-            acc.final = got  # an ended holder's values no longer change
-        allocated.append(got[0])
-        busy.append(got[1])
-        idle.append(got[2])
-        energy.append(got[3])
-    for gpu in ledger.gpus.values():
-        u, w = _gpu_lines(gpu)
-        lines[UNALLOCATED].append(f"{u}{gpu.unallocated:.3f}\n")
-        lines[UNATTRIBUTED].append(f"{w}{gpu.unattributed:.3f}\n")
-    if uses is not None:
-        for dev in devices:
-            use = uses.get(dev.key)
-            if use is None or not use.unaccounted_processes:
-                continue
-            held = ("allocated", "true" if use.claims else "false")
-            labels = text.join([*identity(dev.labels), held])
-            lines[UNACCOUNTED_BYTES].append(
-                f"{UNACCOUNTED_BYTES}{{{labels}}} {round(use.unaccounted_bytes)}\n"
-            )
-            lines[UNACCOUNTED_PROCS].append(
-                f"{UNACCOUNTED_PROCS}{{{labels}}} {use.unaccounted_processes}\n"
-            )
-    for reason in ("limit", "retention"):
-        lines[DROPPED].append(f'{DROPPED}{{reason="{reason}"}} {ledger.dropped[reason]}\n')
-    out = []
-    n = 0
-    for name, ls in lines.items():
-        kind = "counter" if name in COUNTERS or name.endswith("_total") else "gauge"
-        out.append(text.family(name, HELP[name], kind, ls))
-        n += len(ls)
-    return "".join(out), n
+    def families(self, accounts: Accounts) -> tuple[str, int]:
+        """Text and series count of the accounting families (no unaccounted-memory families
+        without pod attribution)."""
+        lines: dict[str, list[str]] = {name: [] for name in HELP}
+        allocated, busy, idle, energy = (lines[name] for name in COUNTERS)
+        last, self._holders = self._holders, {}  # keeps only the records of this cycle
+        for acc in accounts.holders:
+            got = self._holder(acc, last)
+            allocated.append(got[0])
+            busy.append(got[1])
+            idle.append(got[2])
+            energy.append(got[3])
+        last_gpus, self._gpus = self._gpus, {}
+        for gpu in accounts.gpus:
+            u, w = self._gpu(gpu, last_gpus)
+            lines[UNALLOCATED].append(f"{u}{gpu.unallocated:.3f}\n")
+            lines[UNATTRIBUTED].append(f"{w}{gpu.unattributed:.3f}\n")
+        for un in accounts.unaccounted or ():
+            held = ("allocated", "true" if un.allocated else "false")
+            labels = text.join([*identity(un.device.labels), held])
+            lines[UNACCOUNTED_BYTES].append(f"{UNACCOUNTED_BYTES}{{{labels}}} {round(un.bytes)}\n")
+            lines[UNACCOUNTED_PROCS].append(f"{UNACCOUNTED_PROCS}{{{labels}}} {un.processes}\n")
+        for reason, n in accounts.dropped:
+            lines[DROPPED].append(f'{DROPPED}{{reason="{reason}"}} {n}\n')
+        out = []
+        n = 0
+        for name, ls in lines.items():
+            kind = "counter" if name in COUNTERS or name.endswith("_total") else "gauge"
+            out.append(text.family(name, HELP[name], kind, ls))
+            n += len(ls)
+        return "".join(out), n

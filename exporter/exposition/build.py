@@ -1,8 +1,9 @@
 """The exposition /metrics serves: built once per cycle, plain and gzip-compressed.
 
-The DCGM part is rebuilt when a snapshot is published; the self-metrics part
-also when a cycle is skipped or fails, so scrapes always see the exporter's
-own state while the last good readings stay in place.
+The DCGM part is rebuilt from each frame the derive stage hands over (exporter/frame.py);
+the self-metrics part also when a cycle is skipped or fails, so scrapes always see the
+exporter's own state while the last good readings stay in place. Rendering advances no
+state: what it keeps across cycles is text (label joins, unchanged families).
 """
 
 from __future__ import annotations
@@ -11,30 +12,20 @@ import dataclasses
 import importlib
 import logging
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from exporter.catalog.metricsfile import Catalog
-from exporter.derive import windows
-from exporter.derive.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
-from exporter.derive.clocktotals import ClockEventTotals
-from exporter.derive.health import HealthTracker
-from exporter.derive.xids import XidCounter
-from exporter.exposition import accounting, dcgm, pods, text, virtual
-from exporter.exposition.dcgm import Derived
+from exporter.exposition import dcgm, jobs, pods, text, virtual
+from exporter.exposition.accounting import AccountText
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.exposition.targets import Targets, targets, unmatched
+from exporter.frame import Accounts, Frame, Holder
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from exporter.derive.accounting.claims import DeviceUse
-    from exporter.exposition import jobs
-    from exporter.workloads.attribution import Holder
-    from exporter.workloads.sharing import Split
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +102,11 @@ class Layout:
 
 
 class Builder:
-    """Owns what the exposition is built from across cycles: XID counts, windows, label text.
+    """Turns frames into the exposition; keeps only text across cycles (label joins,
+    unchanged families, the last DCGM and accounting parts).
 
-    ``cfg`` (the Config) gives ``devices`` (-d, default ``f``) and the windows of
-    DCGM_EXP_XID_ERRORS_COUNT and DCGM_EXP_CLOCK_EVENTS_COUNT (default 300 s).
+    ``cfg`` (the Config) gives ``devices`` (-d, default ``f``) and the release (whether
+    the health status carries the error's severity and category).
     """
 
     def __init__(self, selfmetrics: SelfMetrics, cfg: Any = None) -> None:
@@ -122,60 +114,26 @@ class Builder:
         self.selection = getattr(cfg, "devices", None)
         release = getattr(cfg, "release", None)
         self.health_detail = bool(release and release.health_detail)
-        self.xid_window, self.clock_window = windows.from_config(cfg)
-        self.health = HealthTracker()
-        self.clock_totals = ClockEventTotals()
         self._unmatched: frozenset[int] = frozenset()
-        self.xids = XidCounter()
         self.device_text = DeviceText()
         self.holder_text = pods.HolderText()
-        # the DCGM part, from the last published snapshot: UTF-8 text, kept encoded so that
+        # the DCGM part, from the last rendered frame: UTF-8 text, kept encoded so that
         # a family unchanged since the last cycle is not encoded again
         self.dcgm_parts: list[bytes] = []
         self._reuse = dcgm.Reuse()
         self._last_layout: Layout | None = None
-        self._last_derived = Derived()
-        self._last_xids: list = []
-        self.accounting = True  # benchmarks/ledger.py compares a cycle without it
-        self.accounting_part = b""  # the accounting families, from the last published snapshot
-        self.ledger = Ledger(
-            getattr(cfg, "accounting_idle_below", DEFAULT_IDLE_BELOW),
-            getattr(cfg, "accounting_retention_s", DEFAULT_RETENTION_S),
-        )
+        self.account_text = AccountText()
+        self._accounts: Accounts | None = None  # what accounting_part was rendered from
+        self.accounting_part = b""  # the accounting families, from the last frame
 
-    def dcgm(
-        self,
-        snap: Snapshot,
-        catalog: Catalog,
-        holders: Mapping[str, Holder] | None = None,
-        splits: Iterable[Split] = (),
-        sharers: Mapping[str, Sequence[Holder]] | None = None,
-        *,
-        again: bool = False,
-        workloads: jobs.Workloads | None = None,
-        uses: Mapping[str, DeviceUse] | None = None,
-    ) -> int:
-        """Rebuild the DCGM and accounting parts from ``snap``; returns the number of DCGM
-        series.
-
-        ``again``: ``snap`` is the last cycle's with newer values of some fields (a
-        collection read at its own interval): the DCGM_EXP_* windows and health,
-        which count cycles, are not updated.
-
-        ``holders`` maps a device key to the one container holding it (pod
-        labels); ``splits`` are per-container shares of devices held by several.
-        ``sharers`` (only with --kubernetes-virtual-gpus) maps a device held by
-        several containers to them: its series are then repeated per holder.
-        ``workloads``: HPC jobs and containers whose copies the series get.
-        ``uses`` (with pod attribution) are every device's holders for GPU
-        accounting; without it each device is its own holder.
-        """
-        splits = list(splits)
-        xids = self._last_xids if again else self.xids.update(snap, holders)
-        self._last_xids = xids
+    def render(self, frame: Frame, catalog: Catalog) -> int:
+        """Rebuild the DCGM and accounting parts from ``frame``; returns the number of DCGM
+        series. Raises before either part changes when the DCGM part cannot be built."""
+        snap, held = frame.snap, frame.held
+        holders, sharers, splits = held.holders, held.sharers, held.splits
         devices = (*snap.gpus, *snap.down, *snap.entities)
         shape = (len(snap.gpus), len(snap.down))  # a GPU moving to down keeps the sequence
-        self.device_text.keep([*devices, *(s.device for s in xids)])
+        self.device_text.keep([*devices, *(s.device for s in frame.xids)])
         self._warn_unmatched(snap)
         virt = None
         copies: jobs.Copies | None = None
@@ -185,42 +143,40 @@ class Builder:
             copies = virt.copies
         else:
             lay = self._layout_cached(snap, (shape, devices), holders)
-        if workloads:
-            from exporter.exposition.jobs import copies as job_copies  # HPC jobs, containers
-
-            copies = job_copies(devices, lay.series_labels, copies, *workloads)
+        if held.workloads:  # HPC jobs, containers
+            copies = jobs.copies(devices, lay.series_labels, copies, *held.workloads)
         if copies:
             dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, copies)
         else:
             dev_rows, inst_rows = lay.device_rows, lay.instance_rows
-        fr = dcgm.Frame(
+        fr = dcgm.View(
             snap,
             lay.series_labels,
             self.device_text,
-            xids,
+            frame.xids,
             self.holder_text,
             lay.targets,
-            self._last_derived
-            if again
-            else self._derived(snap, frozenset(m.field.name for m in catalog.metrics)),
+            frame.derived,
             dev_rows,
             inst_rows,
             virt,
             health_detail=self.health_detail,
             copies=copies or None,
+            xid_text=frame.xid_text,
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
         self.dcgm_parts = [*parts, shared.encode()]
-        if self.accounting and not again:  # a group's values: the cycle's time is counted
-            self.ledger.update(snap, uses)
-            acct, _ = accounting.families(self.ledger, uses, snap.entities)
-            self.accounting_part = acct.encode()
+        if frame.accounts is not self._accounts:  # a group read keeps the cycle's accounts
+            acct = frame.accounts
+            body = self.account_text.families(acct)[0] if acct is not None else ""
+            self.accounting_part = body.encode()
+            self._accounts = acct
         return n + m
 
     @property
     def dcgm_text(self) -> str:
-        """The DCGM part of the exposition, from the last published snapshot."""
+        """The DCGM part of the exposition, from the last rendered frame."""
         return b"".join(self.dcgm_parts).decode()
 
     def _layout_cached(
@@ -267,22 +223,6 @@ class Builder:
                     what,
                     ",".join(map(str, sorted(missing))),
                 )
-
-    def _derived(self, snap: Snapshot, names: frozenset[str]) -> Derived:
-        """Update the windows and health with this snapshot, for the families enabled."""
-        want_health = "DCGM_EXP_GPU_HEALTH_STATUS" in names
-        xw = None
-        if want_health or "DCGM_EXP_XID_ERRORS_COUNT" in names:
-            xw = self.xid_window.update(snap)
-        cw = None
-        if "DCGM_EXP_CLOCK_EVENTS_COUNT" in names:
-            cw = self.clock_window.update(snap)
-        health = self.health.update(snap, xw) if want_health else {}
-        if "DCGM_EXP_XID_ERRORS_COUNT" not in names:
-            xw = None
-        ct = self.clock_totals.update(snap) if "DCGM_EXP_CLOCK_EVENTS_TOTAL" in names else None
-        self._last_derived = Derived(xw, cw, health, ct)
-        return self._last_derived
 
     def build(self) -> Exposition:
         """The exposition: the last DCGM part and the current self-metrics."""

@@ -4,7 +4,7 @@ Each catalog row becomes one family. Rows read as plain values go through
 :func:`values`; a row that needs more (the XID rows, dcgm-exporter's own
 ``DCGM_EXP_*`` families) names its own family function in ``SPECIAL`` by source
 or in ``BY_NAME`` by DCGM field name. A family function takes the row and the
-cycle's :class:`Frame` and returns sample lines. Which devices carry series
+cycle's :class:`View` and returns sample lines. Which devices carry series
 (``-d/--devices``) is decided once per cycle in :mod:`exporter.exposition.targets`.
 """
 
@@ -16,15 +16,10 @@ from dataclasses import dataclass, field
 
 from exporter.catalog.metricsfile import Catalog, MetricSpec
 from exporter.catalog.renames import by_new
-from exporter.derive import healthcodes
-from exporter.derive.clocktotals import Totals
-from exporter.derive.health import HealthSeries
-from exporter.derive.windows import WindowCounts
-from exporter.derive.xidcatalog import describe
-from exporter.derive.xids import XidSeries
 from exporter.exposition import columns, text
 from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
+from exporter.frame import Derived, HealthSeries, WindowCounts, XidSeries
 from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
 from exporter.runtime.cpushare import offer
@@ -34,17 +29,7 @@ Row = tuple[str, str]  # a series' label text, and the device key its value is r
 
 
 @dataclass(frozen=True, slots=True)
-class Derived:
-    """This cycle's data of the DCGM_EXP_* families, by physical GPU key (None: not enabled)."""
-
-    xid_window: WindowCounts | None = None
-    clock_window: WindowCounts | None = None
-    health: Mapping[str, tuple[HealthSeries, ...]] = field(default_factory=dict)
-    clock_totals: Totals | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
+class View:
     """What a family function reads: the snapshot, series devices, label text, derived data."""
 
     snap: Snapshot
@@ -53,7 +38,7 @@ class Frame:
     xids: Sequence[XidSeries]
     holder_text: Callable[..., str]
     targets: Targets
-    derived: Derived = Derived()
+    derived: Derived
     # (label text, key of the values) per series of device-level and instance-level fields
     device_rows: Sequence[Row] = ()
     instance_rows: Sequence[Row] = ()
@@ -63,6 +48,7 @@ class Frame:
     # device key -> label text of each of its series, where it has several (shared
     # devices under --kubernetes-virtual-gpus, HPC jobs, containers)
     copies: Mapping[str, tuple[str, ...]] | None = None
+    xid_text: Mapping[int, str] = field(default_factory=dict)  # XID code -> its description
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -75,7 +61,7 @@ class Frame:
         return got or (self.series_labels[dev.key],)
 
 
-Family = Callable[[MetricSpec, Frame], list[str]]
+Family = Callable[[MetricSpec, View], list[str]]
 
 
 def rows(
@@ -95,7 +81,7 @@ def rows(
     return dev, inst
 
 
-def values(spec: MetricSpec, fr: Frame) -> list[str]:
+def values(spec: MetricSpec, fr: View) -> list[str]:
     """A field read per device: physical GPUs (device scope) or whole GPUs and MIG instances."""
     got = _scope(spec, _joined(fr))
     return columns.lines(spec.name + "{", got, got.column(spec.field.name))
@@ -104,7 +90,7 @@ def values(spec: MetricSpec, fr: Frame) -> list[str]:
 Joined = tuple[columns.Rows, columns.Rows]
 
 
-def _joined(fr: Frame) -> Joined:
+def _joined(fr: View) -> Joined:
     """(device rows, instance rows) with their readings, the rows of devices without
     readings left out: looked up once per cycle, not per family."""
     done = fr.memo.get("joined")
@@ -124,7 +110,7 @@ def _scope(spec: MetricSpec, joined: Joined) -> columns.Rows:
 Reuse = columns.Reuse
 
 
-def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
+def per_process(spec: MetricSpec, fr: View) -> list[str]:
     """GPU_UTIL and FB_USED: as :func:`values`; under --kubernetes-virtual-gpus a shared
     device keeps its series without pod labels and adds one per holder, valued from
     that holder's processes (dcgm-exporter's per-process split). Their DCGM 4.7 names
@@ -154,8 +140,8 @@ def per_process(spec: MetricSpec, fr: Frame) -> list[str]:
 # Label text of the DCGM_EXP_* and XID families' own labels: a handful of values, joined
 # once and reused every cycle (bounded: past the size the oldest are joined again).
 @functools.lru_cache(maxsize=256)
-def _xid_labels(x: int) -> str:
-    return text.join((("err_code", str(x)), ("err_msg", describe(x))))
+def _xid_labels(x: int, description: str) -> str:
+    return text.join((("err_code", str(x)), ("err_msg", description)))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -164,26 +150,25 @@ def _pair_labels(label: str, value: str, window: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _health_labels(watch: str, code: str, detail: bool = False) -> str:
-    pairs = [("health_watch", watch), ("health_error_code", code)]
+def _health_labels(s: HealthSeries, detail: bool = False) -> str:
+    pairs = [("health_watch", s.watch), ("health_error_code", s.error_code)]
     if detail:
-        severity, category = healthcodes.grade(code)
-        pairs += [("health_error_severity", severity), ("health_error_category", category)]
+        pairs += [("health_error_severity", s.severity), ("health_error_category", s.category)]
     return text.join(pairs)
 
 
-def last_xid(spec: MetricSpec, fr: Frame) -> list[str]:
+def last_xid(spec: MetricSpec, fr: View) -> list[str]:
     """DCGM_FI_DEV_XID_ERRORS: the last XID per GPU (0 for none), sticky like dcgm-exporter."""
     last = dict(fr.snap.xid.last)
     out: list[str] = []
     for dev, gpu in fr.targets.device:
         x = last.get(gpu, 0)
-        more = _xid_labels(x)
+        more = _xid_labels(x, fr.xid_text.get(x, ""))
         out.extend(text.sample(spec.name, f"{w},{more}", str(x)) for w in fr.each(dev))
     return out
 
 
-def xid_counts(spec: MetricSpec, fr: Frame) -> list[str]:
+def xid_counts(spec: MetricSpec, fr: View) -> list[str]:
     """XID counts per device and code (and holder, with pod labels)."""
     out = []
     for s in fr.xids:
@@ -193,11 +178,11 @@ def xid_counts(spec: MetricSpec, fr: Frame) -> list[str]:
     return out
 
 
-def xid(spec: MetricSpec, fr: Frame) -> list[str]:
+def xid(spec: MetricSpec, fr: View) -> list[str]:
     return last_xid(spec, fr) if spec.field.scope is Scope.DEVICE else xid_counts(spec, fr)
 
 
-def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: str) -> list[str]:
+def _windowed(spec: MetricSpec, fr: View, counts: WindowCounts | None, label: str) -> list[str]:
     """A windowed count per series device: one line per label value, or one 0 without it."""
     if counts is None:
         return []
@@ -213,12 +198,12 @@ def _windowed(spec: MetricSpec, fr: Frame, counts: WindowCounts | None, label: s
     return out
 
 
-def xid_window(spec: MetricSpec, fr: Frame) -> list[str]:
+def xid_window(spec: MetricSpec, fr: View) -> list[str]:
     """DCGM_EXP_XID_ERRORS_COUNT{xid, window_size_in_ms}: XIDs per GPU within the window."""
     return _windowed(spec, fr, fr.derived.xid_window, "xid")
 
 
-def clock_events(spec: MetricSpec, fr: Frame) -> list[str]:
+def clock_events(spec: MetricSpec, fr: View) -> list[str]:
     """DCGM_EXP_CLOCK_EVENTS_COUNT{clock_event, window_size_in_ms}: samples per active reason."""
     return _windowed(spec, fr, fr.derived.clock_window, "clock_event")
 
@@ -228,7 +213,7 @@ def _reason_label(name: str) -> str:
     return text.join((("clock_event", name),))
 
 
-def clock_totals(spec: MetricSpec, fr: Frame) -> list[str]:
+def clock_totals(spec: MetricSpec, fr: View) -> list[str]:
     """DCGM_EXP_CLOCK_EVENTS_TOTAL{clock_event}: per GPU, each reason's count once it occurred."""
     got = fr.derived.clock_totals or {}
     out: list[str] = []
@@ -239,7 +224,7 @@ def clock_totals(spec: MetricSpec, fr: Frame) -> list[str]:
     return out
 
 
-def health(spec: MetricSpec, fr: Frame) -> list[str]:
+def health(spec: MetricSpec, fr: View) -> list[str]:
     """DCGM_EXP_GPU_HEALTH_STATUS{health_watch, health_error_code}: 0 pass, 10 warn, 20 fail;
     with ``health_detail``, the code's severity and category too."""
     got = fr.derived.health
@@ -248,12 +233,12 @@ def health(spec: MetricSpec, fr: Frame) -> list[str]:
     where += [(w, d.key) for d in fr.targets.down for w in fr.each(d)]
     for labels, gpu in where:
         for s in got.get(gpu, ()):
-            more = _health_labels(s.watch, s.error_code, fr.health_detail)
+            more = _health_labels(s, fr.health_detail)
             out.append(text.sample(spec.name, f"{labels},{more}", str(s.value)))
     return out
 
 
-def p2p(spec: MetricSpec, fr: Frame) -> list[str]:
+def p2p(spec: MetricSpec, fr: View) -> list[str]:
     """DCGM_EXP_P2P_STATUS{peer_gpu, link_status}: NVML's P2P status code per GPU and peer."""
     got = fr.snap.p2p
     out: list[str] = []
@@ -278,7 +263,7 @@ BY_NAME: dict[str, Family] = {
 
 
 # What the DCGM_EXP_* families are written from, besides the series and their labels
-_INPUTS: dict[str, Callable[[Frame], object]] = {
+_INPUTS: dict[str, Callable[[View], object]] = {
     "DCGM_EXP_XID_ERRORS_COUNT": lambda fr: fr.derived.xid_window,
     "DCGM_EXP_CLOCK_EVENTS_COUNT": lambda fr: fr.derived.clock_window,
     "DCGM_EXP_GPU_HEALTH_STATUS": lambda fr: fr.derived.health,
@@ -286,7 +271,7 @@ _INPUTS: dict[str, Callable[[Frame], object]] = {
 }
 
 
-def _inputs(spec: MetricSpec, fr: Frame) -> tuple[object, ...] | None:
+def _inputs(spec: MetricSpec, fr: View) -> tuple[object, ...] | None:
     """All that a family function's text depends on, or None for a family written every
     cycle (the XID counts, which name gone devices; per-holder copies of shared devices)."""
     if fr.virtual is not None or fr.copies is not None:
@@ -304,7 +289,7 @@ def _inputs(spec: MetricSpec, fr: Frame) -> tuple[object, ...] | None:
     return (fr.targets, fr.series_labels, data)
 
 
-def render(catalog: Catalog, fr: Frame, reuse: Reuse | None = None) -> tuple[list[bytes], int]:
+def render(catalog: Catalog, fr: View, reuse: Reuse | None = None) -> tuple[list[bytes], int]:
     """Text (UTF-8) of every catalog family with samples this cycle, and the number of
     samples; ``reuse`` (kept across cycles) gives back unchanged plain-value families."""
     out: list[bytes] = []

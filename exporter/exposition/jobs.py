@@ -15,23 +15,11 @@ builds that text, once per cycle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
 
 from exporter.exposition import text
 from exporter.nvml.devices import Device
 
 Copies = Mapping[str, tuple[str, ...]]  # device key -> the label text of each of its series
-
-
-class Workloads(NamedTuple):
-    """One cycle's HPC jobs (job file name -> job IDs) and containers (device key ->
-    names of the containers holding it)."""
-
-    jobs: Mapping[str, tuple[str, ...]]
-    containers: Mapping[str, tuple[str, ...]]
-
-    def __bool__(self) -> bool:
-        return bool(self.jobs or self.containers)
 
 
 def job_key(dev: Device) -> str:

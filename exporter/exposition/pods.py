@@ -1,21 +1,16 @@
 """Pod label joins: the labels of the container holding a device, and per-container series.
 
-kube/ hands over plain records (a device's holder, per-container splits of a
-shared device); this module turns them into label text, escaped once and
+workloads/ hands over plain records (exporter/frame.py: a device's holder, per-container
+splits of a shared device); this module turns them into label text, escaped once and
 cached while the holder stays the same.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from exporter.exposition import text
-
-if TYPE_CHECKING:
-    from exporter.workloads.attribution import Holder
-    from exporter.workloads.mapper import Owner
-    from exporter.workloads.sharing import Split
+from exporter.frame import Holder, Owner, Split
 
 CACHE_MAX = 4096  # holders whose label text is kept; past it the cache starts over
 

@@ -10,17 +10,14 @@ from __future__ import annotations
 import platform
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from exporter import __version__
 from exporter.catalog.metricsfile import Skipped
 from exporter.exposition import text
 from exporter.exposition.families import Family, Registry, counter
+from exporter.frame import KubeStatus
 from exporter.nvml.devices import Device
 from exporter.snapshot import CollectorResult, Snapshot
-
-if TYPE_CHECKING:
-    from exporter.workloads.attribution import KubeStatus
 
 PREFIX = "gpu_exporter"
 

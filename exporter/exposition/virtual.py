@@ -10,7 +10,7 @@ per pod. Two fields are split instead of repeated: ``DCGM_FI_DEV_GPU_UTIL``
 framebuffer, MiB), summed per container, 0 for a holder that runs nothing;
 for those two the device's series without pod labels stays as well.
 
-kube/ hands over who holds each shared device (holders) and the per-process
+workloads/ hands over who holds each shared device (holders) and the per-process
 shares (splits); this module only turns them into label text and values.
 """
 
@@ -18,13 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from exporter.frame import Holder, Split
 from exporter.nvml.devices import Device
-
-if TYPE_CHECKING:
-    from exporter.workloads.attribution import Holder
-    from exporter.workloads.sharing import Split
 
 # DCGM field -> the Split attribute holding its per-container part
 PER_PROCESS = {"DCGM_FI_DEV_GPU_UTIL": "sm", "DCGM_FI_DEV_FB_USED": "fb"}

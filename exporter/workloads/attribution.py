@@ -16,44 +16,22 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from exporter.config.model import KubeConfig
 from exporter.derive.accounting.claims import DeviceUse
+from exporter.frame import Holder, KubeStatus, Owner, Split
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.cgroups import ContainerRef, container_of
 from exporter.workloads.kubelet.podresources import PodResourcesClient
 from exporter.workloads.limits import Drops
-from exporter.workloads.mapper import Mapper, Owner, PodMap
-from exporter.workloads.sharing import Split, split_shared
+from exporter.workloads.mapper import Mapper, PodMap
+from exporter.workloads.sharing import split_shared
 from exporter.workloads.usage import Usage, wants_processes
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """The one container holding a device, with its pod's UID and copied labels when enabled."""
-
-    owner: Owner
-    pod_uid: str = ""
-    labels: tuple[tuple[str, str], ...] = ()  # (label name, value), already sanitized
-    vgpu: str = ""  # --kubernetes-virtual-gpus: its replica IDs of a shared device, comma-separated
-
-
-@dataclass(frozen=True, slots=True)
-class KubeStatus:
-    """Attribution's state for the self-metrics."""
-
-    kubelet_up: bool
-    api_up: bool | None  # None when the API server is not watched
-    unmatched: tuple[tuple[str, int], ...]  # (resource name, device IDs matching no device)
-    attributed: int  # devices held by at least one container
-    dropped: tuple[tuple[str, int], ...] = ()  # (input, items dropped at a bound or invalid)
-    mapping_failures: int = 0  # cycles whose pod mapping failed (last good labels kept)
 
 
 class Attribution:

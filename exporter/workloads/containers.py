@@ -29,7 +29,6 @@ from typing import Any
 
 import aiohttp
 
-from exporter.exposition import text
 from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimited
 
@@ -42,6 +41,7 @@ MAX_NAME_BYTES = 128
 MAX_REFS = 256  # devices one container names
 PARALLEL = 8  # inspections at once
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATES = re.compile("[\ud800-\udfff]")  # no UTF-8 carries them: U+FFFD in their place
 ALL = "all"
 
 
@@ -60,7 +60,7 @@ class Holding:
 def container_name(raw: str) -> str:
     """Docker's name without its leading ``/``, control characters as ``_``, code points
     UTF-8 cannot carry as U+FFFD, at most MAX_NAME_BYTES bytes of UTF-8."""
-    name = text.valid(_CONTROL.sub("_", raw.lstrip("/")))
+    name = _SURROGATES.sub("\ufffd", _CONTROL.sub("_", raw.lstrip("/")))
     data = name.encode()[:MAX_NAME_BYTES]
     return data.decode("utf-8", "ignore")
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter.frame import Owner
 from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.workloads import ids, limits
@@ -38,17 +39,6 @@ GRACE_S = 30.0  # a kubelet restart removes its socket for a moment: keep labels
 LOGGED_MAX = 1024  # unmatched IDs remembered as logged; MIG churn makes new ones forever
 REPLICAS_MAX = 16  # replica IDs kept per container and device (the vgpu label lists them)
 REPLICA_CHARS = 32  # a longer replica ID is not kept (NVIDIA and GKE use small numbers)
-
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """A container holding a device (through the device plugin or a DRA claim)."""
-
-    namespace: str
-    pod: str
-    container: str
-    claim: str = ""
-    claim_namespace: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,22 +13,12 @@ goes to an owner with empty names, so the parts still add up.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from exporter.nvml.devices import Device
+from exporter.frame import Owner, Split
 from exporter.snapshot import Snapshot
-from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.mapper import PodMap
 
 UNATTRIBUTED = Owner("", "", "")
-
-
-@dataclass(frozen=True, slots=True)
-class Split:
-    """One shared device's framebuffer (MiB) and SM utilization (percent) per container."""
-
-    device: Device
-    fb: dict[Owner, float] = field(default_factory=dict)
-    sm: dict[Owner, float] = field(default_factory=dict)  # empty on MIG instances
 
 
 def split_shared(

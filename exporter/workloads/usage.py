@@ -19,10 +19,11 @@ from typing import Any
 
 from exporter.derive.accounting.claims import Claim, DeviceUse
 from exporter.derive.accounting.plan import FB_USED
+from exporter.frame import Owner
 from exporter.nvml.fields import MIB
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot, Value
-from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.mapper import PodMap
 
 # (known, owner): known False when the join cannot place the PID; owner None when the
 # process belongs to no running container

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import Fault
-from tests.support.exposition import find
+from tests.support.exposition import Stages, find
 from tests.support.simnode import CATALOG, node, until
 
 ALERT = "GPUXidHardwareCritical"
@@ -33,9 +31,9 @@ def test_xid_79_from_the_kernel_log_fires_the_critical_alert(tmp_path, promtool,
         until("the kernel log's XID", lambda: n.col.xid.state().counts != ())
         snap = n.cycle()
         assert not evset.queue  # the NVML event path was silent
-        builder = Builder(SelfMetrics(1.0))
-        builder.dcgm(snap, CATALOG)
-        text = builder.dcgm_text
+        builder = Stages()
+        builder.publish(snap, CATALOG)
+        text = builder.text
     (series,) = find(text, "DCGM_EXP_XID_ERRORS_TOTAL")
     assert (series.labels["gpu"], series.labels["xid"], series.value) == ("1", "79", 1)
     scraped = {"job": "gpu-exporter", "instance": "10.0.0.1:9400", **series.labels}  # +target

@@ -29,12 +29,10 @@ from exporter.catalog.renames import renames
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
 from exporter.derive.accounting.claims import DeviceUse
-from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.frame import KubeStatus, Owner, Split
 from exporter.sim import Fault, ManualClock
-from exporter.workloads.attribution import KubeStatus
-from exporter.workloads.mapper import Owner
-from exporter.workloads.sharing import Split
+from tests.support.exposition import Stages
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = REPO / "dashboards"
@@ -110,7 +108,7 @@ def _served_on_the_simulator() -> frozenset[str]:
         col = Collector(catalog, "node-a")
         try:
             status = KubeStatus(True, True, (("nvidia.com/gpu", 1),), 2, (), 0)
-            builder = Builder(SelfMetrics(1.0, lambda status=status: status))
+            builder = Stages(selfmetrics=SelfMetrics(1.0, lambda status=status: status))
             snap = col.collect()
             driver.inject(Fault("xid", gpu=0, xid=13))
             deadline = time.monotonic() + 10
@@ -120,11 +118,11 @@ def _served_on_the_simulator() -> frozenset[str]:
             snap = col.collect()
             a, b = Owner("ns", "a", "c"), Owner("ns", "b", "c")
             shared = Split(snap.gpus[0], {a: 100.0, b: 0.0}, {a: 5.0, b: 0.0})
-            builder.selfmetrics.snapshot = snap
+            builder.builder.selfmetrics.snapshot = snap
             # a process no pod accounts for on GPU 1 (a dead pod's leftovers)
             stray = DeviceUse(unaccounted_bytes=1 << 30, unaccounted_processes=1)
-            builder.dcgm(snap, catalog, splits=[shared], uses={snap.gpus[1].key: stray})
-            text = builder.build().plain.decode()
+            builder.publish(snap, catalog, splits=[shared], uses={snap.gpus[1].key: stray})
+            text = builder.builder.build().plain.decode()
         finally:
             col.close()
             sim.uninstall()

@@ -12,10 +12,8 @@ from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
 from exporter.derive.xids import XidCounter
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import Fault, ManualClock
-from tests.support.exposition import find
+from tests.support.exposition import Stages, find
 
 CATALOG = load(default_metrics_file())
 MIXED = "exporter/sim/fleets/mixed.yaml"  # GPU 1: A100 with MIG instances at GI 2, 4, 7, 8
@@ -27,12 +25,12 @@ def node():
     clock = ManualClock()
     driver = sim.install(MIXED, clock=clock)
     col = Collector(CATALOG, "node-a")
-    builder = Builder(SelfMetrics(1.0))
+    builder = Stages()
 
     def cycle() -> str:
         clock.advance(1.0)
-        builder.dcgm(col.collect(), CATALOG)
-        return builder.dcgm_text
+        builder.publish(col.collect(), CATALOG)
+        return builder.text
 
     try:
         yield driver, col, cycle

@@ -9,9 +9,8 @@ from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
 from exporter.derive.xids import XidCounter
+from exporter.frame import Holder, Owner
 from exporter.sim import Fault, ManualClock
-from exporter.workloads.attribution import Holder
-from exporter.workloads.mapper import Owner
 
 
 def wait_count(col, total):

@@ -14,14 +14,13 @@ from exporter.catalog.metricsfile import load
 from exporter.config.model import default_metrics_file
 from exporter.derive.xids import XidCounter
 from exporter.exposition import build, text
-from exporter.exposition.build import Builder, Exposition
+from exporter.exposition.build import Exposition
 from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.frame import Holder, Owner
 from exporter.nvml.devices import Device
 from exporter.nvml.xid.events import XidState
 from exporter.snapshot import Snapshot
-from exporter.workloads.attribution import Holder
-from exporter.workloads.mapper import Owner
-from tests.support.exposition import samples
+from tests.support.exposition import Stages, samples
 
 CATALOG = load(default_metrics_file())
 
@@ -60,9 +59,9 @@ def snap(gpus=(), entities=None, down=(), values=None, counts=(), last=()) -> Sn
 
 
 def dcgm_text(s: Snapshot, holders=None) -> tuple[str, int]:
-    b = Builder(SelfMetrics(1.0))
-    n = b.dcgm(s, CATALOG, holders)
-    return b.dcgm_text, n
+    b = Stages()
+    n = b.publish(s, CATALOG, holders)
+    return b.text, n
 
 
 # --- text ---------------------------------------------------------------------------------
@@ -129,9 +128,9 @@ def mig_node():
 
 def by_device(s: Snapshot, mode: str | None = None, ids=None, holders=None) -> dict:
     cfg = SimpleNamespace(devices=SimpleNamespace(mode=mode, ids=ids)) if mode else None
-    b = Builder(SelfMetrics(1.0), cfg)
-    n = b.dcgm(s, CATALOG, holders)
-    got = samples(b.dcgm_text)
+    b = Stages(cfg)
+    n = b.publish(s, CATALOG, holders)
+    got = samples(b.text)
     assert n == len(got)
     return {(x.name, x.labels["gpu"], x.labels.get("GPU_I_ID")): x for x in got}
 
@@ -221,9 +220,9 @@ def test_each_row_of_the_metrics_file_is_one_family(tmp_path: Path):
     )
     g = gpu(0)
     values = {g.key: {"DCGM_FI_DEV_GPU_TEMP": 40, "DCGM_FI_DEV_POWER_USAGE": 99.5}}
-    b = Builder(SelfMetrics(1.0))
-    assert b.dcgm(snap([g], values=values, last=[(g.uuid, 13)]), load(csv)) == 3
-    fams = list(text_string_to_metric_families(b.dcgm_text))
+    b = Stages()
+    assert b.publish(snap([g], values=values, last=[(g.uuid, 13)]), load(csv)) == 3
+    fams = list(text_string_to_metric_families(b.text))
     assert [(f.name, f.type, f.documentation) for f in fams] == [
         ("DCGM_FI_DEV_POWER_USAGE", "counter", "Power as a counter (odd; the file says so)."),
         ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Last XID."),
@@ -330,14 +329,14 @@ def test_exposition_gzip_uses_isal_where_installed():
 def test_build_serves_dcgm_then_self_metrics():
     g = gpu(0)
     sm = SelfMetrics(15.0)
-    b = Builder(sm)
-    sm.series = b.dcgm(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), CATALOG)
-    body = b.build().plain.decode()
-    assert body.startswith(b.dcgm_text)
+    b = Stages(selfmetrics=sm)
+    sm.series = b.publish(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), CATALOG)
+    body = b.builder.build().plain.decode()
+    assert body.startswith(b.text)
     names = [x.name for x in samples(body)]
     assert names.index("DCGM_FI_DEV_GPU_TEMP") < names.index("gpu_exporter_series")
     series = next(x for x in samples(body) if x.name == "gpu_exporter_series")
-    assert series.value == len(samples(b.dcgm_text))
+    assert series.value == len(samples(b.text))
 
 
 def test_a_catalog_reload_changes_the_families(tmp_path: Path):
@@ -345,9 +344,9 @@ def test_a_catalog_reload_changes_the_families(tmp_path: Path):
     small.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n")
     g = gpu(0)
     s = snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40, "DCGM_FI_DEV_POWER_USAGE": 99.5}})
-    b = Builder(SelfMetrics(1.0))
-    assert b.dcgm(s, load(small)) == 1
-    assert [x.name for x in samples(b.dcgm_text)] == ["DCGM_FI_DEV_POWER_USAGE"]
+    b = Stages()
+    assert b.publish(s, load(small)) == 1
+    assert [x.name for x in samples(b.text)] == ["DCGM_FI_DEV_POWER_USAGE"]
 
 
 def test_only_the_exposition_package_writes_metric_text():
@@ -366,12 +365,12 @@ def test_only_the_exposition_package_writes_metric_text():
 
 def test_device_ids_that_match_nothing_are_logged_once(caplog: pytest.LogCaptureFixture):
     cfg = SimpleNamespace(devices=SimpleNamespace(mode="g", ids=frozenset({1, 9})))
-    b = Builder(SelfMetrics(1.0), cfg)
+    b = Stages(cfg)
     for _ in range(3):
-        b.dcgm(mig_node(), CATALOG)
+        b.publish(mig_node(), CATALOG)
     lines = [r.getMessage() for r in caplog.records if "-d/--devices" in r.getMessage()]
     assert len(lines) == 1 and "GPU index 9 " in lines[0]
-    assert {x.labels["gpu"] for x in samples(b.dcgm_text)} == {"1"}
+    assert {x.labels["gpu"] for x in samples(b.text)} == {"1"}
 
 
 # --- across cycles: text kept from the last cycle only while nothing it shows changed -----
@@ -379,16 +378,16 @@ def test_device_ids_that_match_nothing_are_logged_once(caplog: pytest.LogCapture
 
 def test_consecutive_cycles_show_changed_values_holders_and_devices():
     g0, g1 = gpu(0), gpu(1)
-    b = Builder(SelfMetrics(1.0))
+    b = Stages()
 
     def cycle(gpus, temps, holders=None) -> dict[tuple[str, str], tuple[float, str | None]]:
         values = {
             g.key: {"DCGM_FI_DEV_GPU_TEMP": t, "DCGM_FI_DEV_SM_CLOCK": 1980} for g, t in temps
         }
-        b.dcgm(snap(gpus, values=values), CATALOG, holders)
+        b.publish(snap(gpus, values=values), CATALOG, holders)
         return {
             (x.name, x.labels["gpu"]): (x.value, x.labels.get("pod"))
-            for x in samples(b.dcgm_text)
+            for x in samples(b.text)
             if x.name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK")
         }
 
@@ -411,26 +410,26 @@ def test_consecutive_cycles_show_changed_values_holders_and_devices():
 def test_kept_family_text_follows_type_sign_and_nan_of_each_reading():
     # each pair of neighbours compares equal (or is a NaN) but must be written apart
     g0, g1 = gpu(0), gpu(1)
-    b = Builder(SelfMetrics(1.0))
+    b = Stages()
     nan = float("nan")
     power = "DCGM_FI_DEV_POWER_USAGE"
     for v in (0, 0.0, -0.0, 0.0, False, 1, 1.0, 2**53, float(2**53), nan, nan, 5):
         values = {g0.key: {power: v}, g1.key: {power: 7.5}}
-        b.dcgm(snap([g0, g1], values=values), CATALOG)
-        got = [line for line in b.dcgm_text.splitlines() if line.startswith(power + "{")]
+        b.publish(snap([g0, g1], values=values), CATALOG)
+        got = [line for line in b.text.splitlines() if line.startswith(power + "{")]
         assert got[0].endswith(f" {text.num(v)}") and got[1].endswith(" 7.5"), (v, got)
 
 
 def test_a_gpu_reading_that_moves_shows_on_its_mig_instances_only():
     g0, g1 = gpu(0), gpu(1)
     m = [mig(g0, 3), mig(g0, 5), mig(g1, 1), mig(g1, 2)]
-    b = Builder(SelfMetrics(1.0))
+    b = Stages()
     for t0, t1 in ((40, 50), (40, 51), (41, 51), (41, 51)):
         temps = {g0.key: {"DCGM_FI_DEV_GPU_TEMP": t0}, g1.key: {"DCGM_FI_DEV_GPU_TEMP": t1}}
-        b.dcgm(snap([g0, g1], entities=m, values=temps), CATALOG)
+        b.publish(snap([g0, g1], entities=m, values=temps), CATALOG)
         got = {
             (x.labels["gpu"], x.labels["GPU_I_ID"]): x.value
-            for x in samples(b.dcgm_text)
+            for x in samples(b.text)
             if x.name == "DCGM_FI_DEV_GPU_TEMP"
         }
         assert got == {("0", "3"): t0, ("0", "5"): t0, ("1", "1"): t1, ("1", "2"): t1}
@@ -438,14 +437,14 @@ def test_a_gpu_reading_that_moves_shows_on_its_mig_instances_only():
 
 def test_xid_family_follows_last_xid_holders_and_layout_across_cycles():
     g0, g1 = gpu(0), gpu(1)
-    b = Builder(SelfMetrics(1.0))
+    b = Stages()
     temps = {g.key: {"DCGM_FI_DEV_GPU_TEMP": 40} for g in (g0, g1)}
 
     def cycle(gpus, last=(), holders=None, values=temps) -> dict[str, tuple[float, str | None]]:
-        b.dcgm(snap(gpus, values=values, last=last), CATALOG, holders)
+        b.publish(snap(gpus, values=values, last=last), CATALOG, holders)
         return {
             x.labels["gpu"]: (x.value, x.labels.get("pod"))
-            for x in samples(b.dcgm_text)
+            for x in samples(b.text)
             if x.name == "DCGM_FI_DEV_XID_ERRORS"
         }
 

@@ -13,10 +13,8 @@ from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import Fault, ManualClock
-from tests.support.exposition import find
+from tests.support.exposition import Stages, find
 
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 CLOCK = "DCGM_EXP_CLOCK_EVENTS_COUNT"
@@ -40,13 +38,13 @@ def make_node(tmp_path: Path, fleet: Path | None = None, cfg: object = None):
     driver = sim.install(fleet, clock=clock)
     col = Collector(load(all_families(tmp_path)), "node-a", clock=lambda: 1_700_000_000 + clock())
     col.gpm.sleep = clock.advance
-    builder = Builder(SelfMetrics(1.0), cfg)
+    builder = Stages(cfg)
     catalog = load(all_families(tmp_path))
 
     def cycle(advance: float = 10.0) -> str:
         clock.advance(advance)
-        builder.dcgm(col.collect(), catalog)
-        return builder.dcgm_text
+        builder.publish(col.collect(), catalog)
+        return builder.text
 
     return driver, col, cycle
 

@@ -13,10 +13,8 @@ from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
 from exporter.config.releases import RELEASES
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import Fault, ManualClock
-from tests.support.exposition import find
+from tests.support.exposition import Stages, find
 
 TOTAL = "DCGM_EXP_CLOCK_EVENTS_TOTAL"
 HEALTH = "DCGM_EXP_GPU_HEALTH_STATUS"
@@ -33,13 +31,13 @@ def _node(tmp_path: Path, release: str):
     driver = sim.install(None, clock=clock)
     col = Collector(load(path), "node-a", clock=lambda: 1_700_000_000 + clock())
     col.gpm.sleep = clock.advance
-    builder = Builder(SelfMetrics(1.0), SimpleNamespace(release=RELEASES[release]))
+    builder = Stages(SimpleNamespace(release=RELEASES[release]))
     catalog = load(path)
 
     def cycle(advance: float = 10.0) -> str:
         clock.advance(advance)
-        builder.dcgm(col.collect(), catalog)
-        return builder.dcgm_text
+        builder.publish(col.collect(), catalog)
+        return builder.text
 
     def close() -> None:
         col.close()

@@ -5,8 +5,7 @@ from __future__ import annotations
 import tracemalloc
 
 from exporter.exposition.pods import HolderText
-from exporter.workloads.attribution import Holder
-from exporter.workloads.mapper import Owner
+from exporter.frame import Holder, Owner
 
 
 def layout(generation: int, n: int = 60) -> dict[str, Holder]:

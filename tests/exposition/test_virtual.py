@@ -6,14 +6,12 @@ from collections import Counter
 from types import SimpleNamespace
 
 from exporter.catalog.metricsfile import parse
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.workloads.attribution import Holder
+from exporter.frame import Holder, Owner, Split
 from exporter.workloads.ids import Resolver
-from exporter.workloads.mapper import REPLICAS_MAX, Mapper, Owner
-from exporter.workloads.sharing import UNATTRIBUTED, Split
+from exporter.workloads.mapper import REPLICAS_MAX, Mapper
+from exporter.workloads.sharing import UNATTRIBUTED
 from tests.exposition.test_build import CATALOG, gpu, mig, snap
-from tests.support.exposition import samples
+from tests.support.exposition import Stages, samples
 
 A = Owner("batch", "a", "worker")
 B = Owner("batch", "b", "worker")
@@ -38,9 +36,9 @@ def shared_node():
 
 
 def render(s, holders, splits, sharers):
-    b = Builder(SelfMetrics(1.0))
-    n = b.dcgm(s, CATALOG, holders, splits, sharers)
-    got = samples(b.dcgm_text)
+    b = Stages()
+    n = b.publish(s, CATALOG, holders, splits, sharers)
+    got = samples(b.text)
     assert n == len(got)
     keys = Counter((x.name, tuple(sorted(x.labels.items()))) for x in got)
     assert max(keys.values()) == 1  # never two series with the same labels
@@ -151,9 +149,9 @@ def test_dcgm_4_7_names_split_the_same_shares_in_their_units():
     catalog = parse("DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\nDCGM_FI_DEV_FB_USED_BYTES, gauge, x\n")
     sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b"))}
     splits = [Split(g0, fb={A: 20.0, B: 0.0}, sm={A: 55.0, B: 0.0})]
-    b = Builder(SelfMetrics(1.0))
-    b.dcgm(s, catalog, {}, splits, sharers)
-    got = samples(b.dcgm_text)
+    b = Stages()
+    b.publish(s, catalog, {}, splits, sharers)
+    got = samples(b.text)
     util = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_GPU_UTIL_RATIO", "0")}
     assert util == {None: 0.9, "a": 0.55, "b": 0.0}
     fb = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_FB_USED_BYTES", "0")}

@@ -15,10 +15,9 @@ import pytest
 from exporter import sim
 from exporter.catalog.metricsfile import parse
 from exporter.collector import Collector
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.sim import FLEETS_DIR, Fault
 from exporter.sim.clock import ManualClock
+from tests.support.exposition import Stages
 
 FIELDS = (
     "DCGM_FI_DEV_FABRIC_MANAGER_STATUS",
@@ -97,9 +96,9 @@ def test_gb200_tray_registered_and_stuck_gpus(start):
     assert got[3]["DCGM_FI_DEV_FABRIC_MANAGER_STATUS"] == IN_PROGRESS
     assert "DCGM_FI_DEV_FABRIC_MANAGER_ERROR" not in got[3]
     assert got[3]["DCGM_FI_DEV_FABRIC_CLIQUE_ID"] == 0
-    b = Builder(SelfMetrics(1.0))
-    b.dcgm(col.collect(), CATALOG)
-    assert '\nDCGM_FI_DEV_FABRIC_MANAGER_STATUS{gpu="3",' in b.dcgm_text
+    b = Stages()
+    b.publish(col.collect(), CATALOG)
+    assert '\nDCGM_FI_DEV_FABRIC_MANAGER_STATUS{gpu="3",' in b.text
 
 
 def test_faults_change_health_and_registration(start):

@@ -1,129 +1,78 @@
-"""The shape of the package: small modules, and imports that never go round in a circle."""
+"""The shape of the package: small modules, stages that import in one direction, no circles.
+
+The rules and the import graph are tools/layout.py's (``python3 -m tools.layout`` prints
+the same measures); every import counts, ``TYPE_CHECKING`` and function-level ones too.
+"""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).parents[2]
-PACKAGE = ROOT / "exporter"
-GENERATED = PACKAGE / "workloads" / "kubelet" / "generated"  # protoc's output, not written by hand
+from tools import layout
+
+ROOT = layout.ROOT
+PACKAGE = layout.PACKAGE
 MAX_LINES = 400
-
-
-def _sources() -> dict[str, Path]:
-    """Module name -> file, for every hand-written module of the package."""
-    out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if GENERATED in path.parents:
-            continue
-        parts = path.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
-    return out
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _load_time(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """Statements run when the module is imported: not in functions or under TYPE_CHECKING."""
-    for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        yield node
-        if isinstance(node, ast.If):
-            if not _is_type_checking(node.test):
-                yield from _load_time(node.body)
-            yield from _load_time(node.orelse)
-        elif isinstance(node, ast.Try):
-            for block in (node.body, node.orelse, node.finalbody):
-                yield from _load_time(block)
-            for handler in node.handlers:
-                yield from _load_time(handler.body)
-        elif isinstance(node, ast.With | ast.ClassDef):
-            yield from _load_time(node.body)
-
-
-def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
-    """The package's modules that ``name`` imports at load time."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
-    for node in _load_time(ast.parse(path.read_text(), str(path)).body):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name in modules)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            for a in node.names:
-                sub = f"{base}.{a.name}"
-                out.add(sub if sub in modules else base)
-    return (out & modules) - {name}
-
-
-def _graph() -> dict[str, set[str]]:
-    sources = _sources()
-    modules = set(sources)
-    return {name: _imports(name, path, modules) for name, path in sources.items()}
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle as a path that ends where it starts, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt) :], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
+TOP_LEVEL = {"__init__", "__main__", "app", "cli", "collector", "poller", "snapshot", "frame"}
 
 
 def test_no_module_over_400_lines():
-    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sources().values()}
+    lines = {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in layout.sources().values()
+    }
     long = {name: n for name, n in lines.items() if n > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by concern): {long}"
 
 
-def test_no_import_cycles():
-    cycle = _cycle(_graph())
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+def test_no_import_cycles_with_every_import_counted():
+    for package in (PACKAGE, ROOT / "benchmarks", ROOT / "tools"):
+        cycle = layout.cycle(layout.graph(package))
+        assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
+
+
+def test_stages_import_in_one_direction():
+    """exposition renders frames (no workload source, no derive state); workloads hand plain
+    records over (no exposition); nvml and the catalogue know neither."""
+    assert layout.forbidden(layout.graph()) == []
+
+
+def test_the_top_level_holds_the_process_only():
+    top = set(layout.top_level())
+    assert top <= TOP_LEVEL and len(top) <= layout.MAX_TOP_LEVEL, sorted(top - TOP_LEVEL)
 
 
 def test_the_checks_see_the_package():
-    """The graph holds the modules and edges the two tests above rely on."""
-    graph = _graph()
-    assert len(graph) > 50 and "exporter.nvml.session" in graph
-    assert "exporter.nvml.session" in graph["exporter.nvml.devices"]
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+    """The graph holds every kind of import the rules rely on; the cycle finder finds one."""
+    g = layout.graph()
+    assert len(g) > 100 and "exporter.nvml.session" in g["exporter.nvml.devices"]
+    # a function-level import (the simulator is loaded only with --simulate)
+    assert "exporter.sim" in g["exporter.cli"]
+    assert layout.cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert layout.cycle({"a": {"b"}, "b": set()}) is None
+    assert layout.forbidden({"exporter.exposition.x": {"exporter.derive.y"}}) == [
+        ("exporter.exposition.x", "exporter.derive.y")
+    ]
+
+
+def test_every_kind_of_import_counts(tmp_path: Path):
+    """An import under TYPE_CHECKING, one in a function and a relative one are edges."""
+    pkg = tmp_path / "exporter"
+    (pkg / "exposition").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "exposition" / "__init__.py"):
+        init.write_text("")
+    a = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from exporter import b\n"
+    (pkg / "a.py").write_text(a)
+    (pkg / "b.py").write_text("def f():\n    from exporter.a import x\n")
+    (pkg / "exposition" / "c.py").write_text("from ..b import f\n")
+    g = layout.graph(pkg)
+    assert layout.cycle(g) == ["exporter.a", "exporter.b", "exporter.a"]
+    assert g["exporter.exposition.c"] == {"exporter.b"}
 
 
 def _serves_http(path: Path) -> bool:
     """Whether a module imports aiohttp's server side (aiohttp.web, its HTTP parser)."""
-    for node in _load_time(ast.parse(path.read_text(), str(path)).body):
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiohttp"):
@@ -137,16 +86,10 @@ def _serves_http(path: Path) -> bool:
 
 def test_http_lives_in_its_package():
     """What serves HTTP is in exporter.http; of the rest only the application's builder
-    (app) and the reload state hung on it (signals) touch aiohttp's server side, and the
-    package's top level keeps the process's own modules."""
+    (app) and the reload state hung on it (runtime.signals) touch aiohttp's server side."""
     outside = {
         name
-        for name, path in _sources().items()
+        for name, path in layout.sources().items()
         if not name.startswith("exporter.http") and _serves_http(path)
     }
     assert outside <= {"exporter.app", "exporter.runtime.signals"}, outside
-    top = {p.stem for p in PACKAGE.glob("*.py")}
-    http_words = {"server", "connections", "listener", "eviction", "headers", "tlsstart",
-                  "httplog", "fastpath", "routes", "accesslog"}  # fmt: skip
-    assert not top & http_words, top & http_words
-    assert not (PACKAGE / "webconfig").exists()

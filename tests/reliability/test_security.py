@@ -158,11 +158,8 @@ def test_label_values_cannot_inject_series():
     labels) are escaped: the exposition parses to the same series, none forged."""
     from exporter import sim
     from exporter.collector import Collector
-    from exporter.exposition.build import Builder
-    from exporter.exposition.selfmetrics import SelfMetrics
-    from exporter.workloads.attribution import Holder
-    from exporter.workloads.mapper import Owner
-    from tests.support.exposition import samples
+    from exporter.frame import Holder, Owner
+    from tests.support.exposition import Stages, samples
 
     catalog = load(default_metrics_file())
     sim.install(None, latency=False)
@@ -173,10 +170,10 @@ def test_label_values_cannot_inject_series():
         col.close()
         sim.uninstall()
     owner = Holder(Owner(EVIL, EVIL, EVIL), EVIL, (("label_team", EVIL),))
-    plain, held = Builder(SelfMetrics(1.0)), Builder(SelfMetrics(1.0))
-    n_clean = plain.dcgm(snap, catalog)
-    n = held.dcgm(snap, catalog, {d.key: owner for d in snap.entities})
-    clean, text = plain.dcgm_text, held.dcgm_text
+    plain, held = Stages(), Stages()
+    n_clean = plain.publish(snap, catalog)
+    n = held.publish(snap, catalog, {d.key: owner for d in snap.entities})
+    clean, text = plain.text, held.text
     parsed = samples(text)
     assert n == n_clean == len(samples(clean)) == len(parsed)
     assert not any(s.name == "DCGM_FORGED" for s in parsed)

@@ -11,10 +11,9 @@ from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
-from exporter.exposition.build import Builder
-from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.runtime import cpushare
 from exporter.sim.clock import ManualClock
+from tests.support.exposition import Stages
 
 MIG56 = Path(__file__).parents[2] / "exporter" / "sim" / "fleets" / "h100x8-mig56.yaml"
 
@@ -57,7 +56,7 @@ def test_a_cycle_offers_the_core_while_reading_and_while_rendering(
     try:
         snap = col.collect()
         reading = len(yields)
-        Builder(SelfMetrics(1.0)).dcgm(snap, catalog)
+        Stages().publish(snap, catalog)
         rendering = len(yields) - reading
     finally:
         col.close()

@@ -1,9 +1,20 @@
-"""Reading the text exposition in tests: samples, and golden-file masking."""
+"""Reading the text exposition in tests: samples, golden-file masking, and the stages
+that publish a snapshot without a poller."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from exporter.catalog.metricsfile import Catalog
+from exporter.derive.accounting.claims import DeviceUse
+from exporter.derive.stage import Derive
+from exporter.exposition.build import Builder
+from exporter.exposition.selfmetrics import SelfMetrics
+from exporter.frame import Held, Holder, Split, Workloads
+from exporter.snapshot import Snapshot
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
@@ -93,3 +104,32 @@ def without_holders(text: str) -> str:
     """The exposition without the accounting holder families (which keep an ended pod's
     labels for the retention)."""
     return "\n".join(line for line in text.splitlines() if not line.startswith(HOLDER_FAMILIES))
+
+
+class Stages:
+    """A snapshot through the derive stage, then rendered: what ``Poller.publish`` runs
+    in the worker thread, without a poller (the stages' public API)."""
+
+    def __init__(self, cfg: Any = None, selfmetrics: SelfMetrics | None = None) -> None:
+        self.derive = Derive(cfg)
+        self.builder = Builder(selfmetrics or SelfMetrics(1.0), cfg)
+
+    def publish(
+        self,
+        snap: Snapshot,
+        catalog: Catalog,
+        holders: Mapping[str, Holder] | None = None,
+        splits: Iterable[Split] = (),
+        sharers: Mapping[str, tuple[Holder, ...]] | None = None,
+        *,
+        uses: Mapping[str, DeviceUse] | None = None,
+        workloads: Workloads | None = None,
+    ) -> int:
+        """Derive the cycle's frame and render it; the number of DCGM series."""
+        held = Held(holders, tuple(splits), sharers, workloads)
+        return self.builder.render(self.derive.cycle(snap, catalog, held, uses), catalog)
+
+    @property
+    def text(self) -> str:
+        """The DCGM part of the exposition, from the last frame."""
+        return self.builder.dcgm_text

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.frame import Owner
 from exporter.workloads.kubelet.podresources import PodResourcesClient
-from exporter.workloads.mapper import Mapper, Owner
+from exporter.workloads.mapper import Mapper
 from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 from types import MappingProxyType
 
 from exporter.config.model import KubeConfig
+from exporter.frame import Owner
 from exporter.nvml.devices import Device
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot
 from exporter.workloads.attribution import Attribution
-from exporter.workloads.mapper import Owner, PodMap
+from exporter.workloads.mapper import PodMap
 from exporter.workloads.usage import Usage, device_uses, wants_processes
 
 A = Owner("ml", "a", "c")

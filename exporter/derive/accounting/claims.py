@@ -6,7 +6,11 @@ Kubernetes there are none, and each device is its own holder.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from exporter.frame import Unaccounted
+from exporter.nvml.devices import Device
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +47,20 @@ class DeviceUse:
     unaccounted_bytes: float = 0.0
     unaccounted_processes: int = 0
     unattributed_sm_percent: float = 0.0
+
+
+def unaccounted(
+    uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]
+) -> tuple[Unaccounted, ...] | None:
+    """The devices among ``devices`` with unaccounted processes, in their order; None
+    without pod attribution (``uses`` None)."""
+    if uses is None:
+        return None
+    out = []
+    for dev in devices:
+        use = uses.get(dev.key)
+        if use is not None and use.unaccounted_processes:
+            out.append(
+                Unaccounted(dev, bool(use.claims), use.unaccounted_bytes, use.unaccounted_processes)
+            )
+    return tuple(out)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from exporter.derive.accounting.claims import DeviceUse
-from exporter.derive.accounting.plan import GpuPlan, HolderKey, Planner
+from exporter.derive.accounting.claims import DeviceUse, unaccounted
+from exporter.derive.accounting.plan import GpuPlan, Planner
+from exporter.frame import Accounts, GpuAccount, HolderAccount, HolderKey
+from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot
 
@@ -34,7 +36,7 @@ DEFAULT_IDLE_BELOW = 0.01
 
 
 @dataclass(slots=True, eq=False)
-class HolderAccount:
+class HolderTotals:
     """Totals of one holder on one device: GPU-seconds and joules."""
 
     key: HolderKey
@@ -44,13 +46,28 @@ class HolderAccount:
     idle: float = 0.0
     energy: float = 0.0
     ended_at: float | None = None  # unix seconds it was last seen holding; None while it holds
-    text: str = ""  # its label text, set by the exposition the first time it is rendered
-    prefixes: tuple[str, ...] = ()  # its sample lines up to the value, likewise
-    final: tuple[str, ...] = ()  # its sample lines once it ended (its values stay)
+    ended: HolderAccount | None = None  # its frozen values once it ended (they stay)
+
+    def account(self) -> HolderAccount:
+        """The frozen values; an ended holder's are made once."""
+        if self.ended is not None:
+            return self.ended
+        got = HolderAccount(
+            self.key,
+            self.device_labels,
+            self.allocated,
+            self.busy,
+            self.idle,
+            self.energy,
+            self.ended_at,
+        )
+        if self.ended_at is not None:
+            self.ended = got
+        return got
 
 
 @dataclass(slots=True, eq=False)
-class GpuAccount:
+class GpuTotals:
     """Totals of one physical GPU's parts that no holder has."""
 
     key: str
@@ -58,12 +75,11 @@ class GpuAccount:
     unallocated: float = 0.0  # GPU-seconds
     unattributed: float = 0.0  # joules
     ended_at: float | None = None
-    text: str = ""
-    prefixes: tuple[str, ...] = ()
 
 
 class Ledger:
-    """Owns the counters; :meth:`update` once per published snapshot (worker thread)."""
+    """Owns the counters; :meth:`update` once per cycle (worker thread), then
+    :meth:`accounts` for their frozen values."""
 
     def __init__(
         self,
@@ -74,8 +90,8 @@ class Ledger:
         self.planner = Planner(idle_below)
         self.retention_s = retention_s
         self.max_holders = max_holders
-        self.holders: dict[HolderKey, HolderAccount] = {}
-        self.gpus: dict[str, GpuAccount] = {}
+        self.holders: dict[HolderKey, HolderTotals] = {}
+        self.gpus: dict[str, GpuTotals] = {}
         self.dropped: Counter[str] = Counter()  # reason ("retention", "limit") -> holders
         self._plans: dict[str, GpuPlan] = {}
         self._warn = RateLimitedLog(log)
@@ -92,11 +108,24 @@ class Ledger:
         for plan in now.values():
             gpu = self.gpus.get(plan.key)
             if gpu is None:
-                gpu = self.gpus[plan.key] = GpuAccount(plan.key, plan.labels)
+                gpu = self.gpus[plan.key] = GpuTotals(plan.key, plan.labels)
             gpu.ended_at = None
             for holder, labels, *_ in plan.shares:
                 self._holder(holder, labels)
         self._plans = now
+
+    def accounts(self, uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]) -> Accounts:
+        """The counters' values now, and the unaccounted processes of ``devices`` in ``uses``
+        (None without pod attribution)."""
+        return Accounts(
+            tuple(acc.account() for acc in self.holders.values()),
+            tuple(
+                GpuAccount(g.key, g.labels, g.unallocated, g.unattributed)
+                for g in self.gpus.values()
+            ),
+            unaccounted(uses, devices),
+            tuple((reason, self.dropped[reason]) for reason in ("limit", "retention")),
+        )
 
     def _charge(self, last: GpuPlan, plan: GpuPlan) -> None:
         """Charge ``plan``'s GPU for the time since ``last`` with ``last``'s weights."""
@@ -123,11 +152,11 @@ class Ledger:
         if joules is not None:
             gpu.unattributed += joules * max(last.unattributed, 0.0)
 
-    def _holder(self, key: HolderKey, labels: tuple[tuple[str, str], ...]) -> HolderAccount | None:
+    def _holder(self, key: HolderKey, labels: tuple[tuple[str, str], ...]) -> HolderTotals | None:
         acc = self.holders.get(key)
         if acc is not None:
             acc.ended_at = None
-            acc.final = ()
+            acc.ended = None
             return acc
         if len(self.holders) >= self.max_holders and not self._evict_one():
             self.dropped["limit"] += 1
@@ -137,7 +166,7 @@ class Ledger:
                 "/".join(key[1:]) or key[0],
             )
             return None
-        acc = self.holders[key] = HolderAccount(key, labels)
+        acc = self.holders[key] = HolderTotals(key, labels)
         return acc
 
     def _evict_one(self) -> bool:

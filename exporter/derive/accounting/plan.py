@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.derive.accounting.claims import DeviceUse
+from exporter.frame import HolderKey
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
@@ -25,9 +26,6 @@ MIG_ACTIVITY = ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")  # ra
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB; whether a device no one holds has memory in use
 # read every cycle whatever the metrics file lists (GPM only when it lists it: it costs)
 ALWAYS_READ = (ENERGY, UTIL, FB_USED)
-
-# (device key, namespace, pod, container); the names are "" for a device holding itself
-HolderKey = tuple[str, str, str, str]
 
 
 # One holder's part of one GPU during an interval: (holder, device labels, alloc, busy,

@@ -13,7 +13,7 @@ import pytest
 
 from exporter.derive.accounting.claims import Claim, DeviceUse
 from exporter.derive.accounting.ledger import Ledger
-from exporter.exposition.accounting import families
+from exporter.exposition.accounting import AccountText
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 from tests.support.exposition import samples
@@ -73,7 +73,7 @@ def held(*claims: Claim, **kw: float) -> DeviceUse:
 
 def served(ledger: Ledger, uses=None) -> dict:
     """{(family, pod or gpu/gpu_i_id): value} of what the exposition shows."""
-    text, _ = families(ledger, uses, ())
+    text, _ = AccountText().families(ledger.accounts(uses, ()))
     out = {}
     for s in samples(text):
         who = s.labels.get("pod") or f"{s.labels.get('gpu')}/{s.labels.get('gpu_i_id', '')}"
@@ -127,7 +127,7 @@ def test_ended_holders_keep_their_values_for_the_retention_then_go() -> None:
     ledger.update(snap(51, [g]), {})
     assert ("allocated_gpu_seconds_total", "a") not in served(ledger)
     assert ledger.dropped["retention"] == 1
-    text, _ = families(ledger, None, ())
+    text, _ = AccountText().families(ledger.accounts(None, ()))
     assert 'gpu_exporter_accounting_holders_dropped_total{reason="retention"} 1' in text
 
 
@@ -255,7 +255,7 @@ def test_holder_series_carry_the_devices_identity_and_the_pod() -> None:
     g = gpu()
     ledger = Ledger()
     ledger.update(snap(0, [g]), {g.key: held(Claim("ml", "a", "c"))})
-    (s, *_) = samples(families(ledger, None, ())[0])
+    (s, *_) = samples(AccountText().families(ledger.accounts(None, ()))[0])
     assert s.labels == {  # our own family: the identity in snake_case
         "gpu": "0",
         "uuid": "GPU-0",
@@ -271,7 +271,7 @@ def test_holder_series_carry_the_devices_identity_and_the_pod() -> None:
 def test_unaccounted_series_only_where_there_is_some(procs: int) -> None:
     g = gpu()
     use = DeviceUse((), 2048.0 * procs, procs)
-    text, _ = families(Ledger(), {g.key: use}, [g])
+    text, _ = AccountText().families(Ledger().accounts({g.key: use}, [g]))
     got = [s for s in samples(text) if s.name.startswith("gpu_exporter_unaccounted")]
     if not procs:
         assert got == []

@@ -1,0 +1,200 @@
+"""The frozen records that cross from workloads/ and derive/ into the exposition.
+
+A cycle is three stages, one direction: collect (NVML -> Snapshot), derive (the
+snapshot and who holds each device -> :class:`Frame`, advancing the state that lives
+across cycles) and render (Frame -> bytes). workloads/ hands over who holds what
+(:class:`Held`), derive/ the values with DCGM's semantics already resolved (health
+severity and category, XID descriptions); the exposition reads only these, the
+Snapshot and the catalog, and advances nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from exporter.nvml.devices import Device
+from exporter.snapshot import Snapshot
+
+# --- who holds what (workloads/) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A container holding a device (through the device plugin or a DRA claim)."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim: str = ""
+    claim_namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The one container holding a device, with its pod's UID and copied labels when enabled."""
+
+    owner: Owner
+    pod_uid: str = ""
+    labels: tuple[tuple[str, str], ...] = ()  # (label name, value), already sanitized
+    vgpu: str = ""  # --kubernetes-virtual-gpus: its replica IDs of a shared device, comma-separated
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One shared device's framebuffer (MiB) and SM utilization (percent) per container."""
+
+    device: Device
+    fb: dict[Owner, float] = field(default_factory=dict)
+    sm: dict[Owner, float] = field(default_factory=dict)  # empty on MIG instances
+
+
+class Workloads(NamedTuple):
+    """One cycle's HPC jobs (job file name -> job IDs) and containers (device key ->
+    names of the containers holding it)."""
+
+    jobs: Mapping[str, tuple[str, ...]]
+    containers: Mapping[str, tuple[str, ...]]
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.containers)
+
+
+@dataclass(frozen=True, slots=True)
+class KubeStatus:
+    """Attribution's state for the self-metrics."""
+
+    kubelet_up: bool
+    api_up: bool | None  # None when the API server is not watched
+    unmatched: tuple[tuple[str, int], ...]  # (resource name, device IDs matching no device)
+    attributed: int  # devices held by at least one container
+    dropped: tuple[tuple[str, int], ...] = ()  # (input, items dropped at a bound or invalid)
+    mapping_failures: int = 0  # cycles whose pod mapping failed (last good labels kept)
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Who holds the cycle's devices (all empty without pod attribution).
+
+    ``holders``: device key -> the one container holding it (None without -k);
+    ``splits``: per-container shares of devices several hold; ``sharers`` (only with
+    --kubernetes-virtual-gpus): device key -> the containers holding it, when several;
+    ``workloads``: HPC jobs and containers whose copies the series get.
+    """
+
+    holders: Mapping[str, Holder] | None = None
+    splits: tuple[Split, ...] = ()
+    sharers: Mapping[str, tuple[Holder, ...]] | None = None
+    workloads: Workloads | None = None
+
+
+# --- derived values (derive/) --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WindowCounts:
+    """One exporter-made family's data: ``series`` = (device key, label value, count).
+
+    The label value is the XID code or the clock-event name; None marks the one
+    zero-valued series of a device with nothing in the window.
+    """
+
+    window_ms: int
+    series: tuple[tuple[str, str | None, int], ...] = ()
+
+
+class HealthSeries(NamedTuple):
+    """One series: ``health_watch``, ``health_error_code`` and the result (0/10/20), with
+    the code's severity and category from DCGM's table (``UNKNOWN``/``NONE`` when absent)."""
+
+    watch: str
+    error_code: str
+    value: int
+    severity: str = "UNKNOWN"
+    category: str = "NONE"
+
+
+Totals = dict[str, tuple[tuple[str, int], ...]]
+"""GPU key -> (clock_event, count) per reason counted so far, in bit order."""
+
+
+@dataclass(frozen=True, slots=True)
+class XidSeries:
+    """One counter series: where (last known device), which code, charged to whom, how many."""
+
+    device: Device
+    xid: int
+    holder: Hashable | None  # the Holder charged, None without pod labels
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """This cycle's data of the DCGM_EXP_* families, by physical GPU key (None: not enabled)."""
+
+    xid_window: WindowCounts | None = None
+    clock_window: WindowCounts | None = None
+    health: Mapping[str, tuple[HealthSeries, ...]] = field(default_factory=dict)
+    clock_totals: Totals | None = None
+
+
+HolderKey = tuple[str, str, str, str]
+"""(device key, namespace, pod, container); the names are "" for a device holding itself."""
+
+
+class HolderAccount(NamedTuple):
+    """One holder's totals on one device: GPU-seconds and joules. ``labels`` is the same
+    tuple for as long as the ledger keeps the holder; ``ended_at`` (unix s) None while it
+    holds. An ended holder's record is the same object every cycle (its values stay)."""
+
+    key: HolderKey
+    labels: tuple[tuple[str, str], ...]
+    allocated: float
+    busy: float
+    idle: float
+    energy: float
+    ended_at: float | None
+
+
+class GpuAccount(NamedTuple):
+    """One physical GPU's parts no holder has: GPU-seconds and joules."""
+
+    key: str
+    labels: tuple[tuple[str, str], ...]
+    unallocated: float
+    unattributed: float
+
+
+class Unaccounted(NamedTuple):
+    """A device's processes that belong to no running container holding it."""
+
+    device: Device
+    allocated: bool  # whether some container holds the device
+    bytes: float  # their GPU memory
+    processes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Accounts:
+    """GPU accounting's values after a cycle. ``unaccounted`` is None without pod
+    attribution; ``dropped``: (reason, holders dropped) for "limit" and "retention"."""
+
+    holders: tuple[HolderAccount, ...] = ()
+    gpus: tuple[GpuAccount, ...] = ()
+    unaccounted: tuple[Unaccounted, ...] | None = None
+    dropped: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One cycle as the exposition renders it: the snapshot, who held its devices, and the
+    derived values. ``xid_text``: the description (``err_msg``) of each last-XID code of the
+    snapshot, 0 included. ``accounts`` None before the first cycle has been derived."""
+
+    snap: Snapshot
+    held: Held = Held()
+    xids: tuple[XidSeries, ...] = ()
+    derived: Derived = Derived()
+    accounts: Accounts | None = None
+    xid_text: Mapping[int, str] = field(default_factory=dict)
