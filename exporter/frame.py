@@ -1,11 +1,12 @@
-"""The frozen records that cross from workloads/ and derive/ into the exposition.
+"""The frozen records that cross between the stages: workloads/ -> derive/ -> exposition.
 
 A cycle is three stages, one direction: collect (NVML -> Snapshot), derive (the
 snapshot and who holds each device -> :class:`Frame`, advancing the state that lives
 across cycles) and render (Frame -> bytes). workloads/ hands over who holds what
-(:class:`Held`), derive/ the values with DCGM's semantics already resolved (health
-severity and category, XID descriptions); the exposition reads only these, the
-Snapshot and the catalog, and advances nothing.
+(:class:`Held`; for GPU accounting each device's :class:`DeviceUse`), derive/ the values
+with DCGM's semantics already resolved (health severity and category, XID
+descriptions); the exposition reads only these, the Snapshot and the catalog, and
+advances nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,42 @@ from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
 # --- who holds what (workloads/) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One container's hold on one device (whole GPU or MIG instance) in a cycle.
+
+    ``share`` is its part of the device: 1 when it holds it alone; on a time-sliced or
+    MPS device its replicas over the replicas all holders hold. ``sm_percent`` is the SM
+    utilization of its processes (percent of the whole GPU; shared whole GPUs whose
+    processes were joined to pods, else None). ``running`` says whether it had a process
+    on the device (None: not known).
+    """
+
+    namespace: str
+    pod: str
+    container: str
+    share: float = 1.0
+    sm_percent: float | None = None
+    running: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUse:
+    """One device's holders in a cycle, and what ran on it that no holder accounts for.
+
+    ``unaccounted_bytes`` and ``unaccounted_processes``: GPU memory (bytes) and number of
+    processes that belong to no running container holding the device (a dead pod's
+    leftovers, a process outside Kubernetes; every process of a device no one holds).
+    ``unattributed_sm_percent``: SM utilization of processes on a shared whole GPU that
+    could not be joined to one of its holders.
+    """
+
+    claims: tuple[Claim, ...] = ()
+    unaccounted_bytes: float = 0.0
+    unaccounted_processes: int = 0
+    unattributed_sm_percent: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,8 @@ def capture_one(fleet: Path, release: str, kube: bool, tmp: Path) -> bytes:
     driver = sim.install(fleet, clock=clock, latency=False)
     server = None
     try:
-        argv = ["--dcgm-exporter-version", release, "-c", "1000"]
+        # a collect timeout no loaded machine reaches: the bytes must not depend on load
+        argv = ["--dcgm-exporter-version", release, "-c", "1000", "--collect-timeout", "600000"]
         if kube:
             socket = tmp / f"{fleet.stem}-{release}.sock"
             server = _kubelet(socket, device_ids_of(driver))

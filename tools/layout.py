@@ -19,7 +19,7 @@ MAX_TOP_LEVEL = 8  # exporter/'s own modules: the process and its three stages
 # package prefix -> prefixes it must never import (the stages' one direction)
 FORBIDDEN = {
     "exporter.exposition": ("exporter.workloads", "exporter.derive"),
-    "exporter.workloads": ("exporter.exposition",),
+    "exporter.workloads": ("exporter.exposition", "exporter.derive"),
     "exporter.nvml": ("exporter.exposition", "exporter.workloads", "exporter.derive"),
     "exporter.catalog": ("exporter.exposition", "exporter.workloads", "exporter.derive"),
     "exporter.config": ("exporter.exposition", "exporter.derive"),

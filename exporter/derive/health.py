@@ -19,16 +19,23 @@ same from what NVML reports:
   reports under its ALL watch: 79 fallen off the bus (DCGM_FR_FALLEN_OFF_BUS) and
   95 uncontained memory error (DCGM_FR_UNCONTAINED_ERROR), both fail.
 
-One incident per watched system: the worst one. This module produces data; the
-exposition renders it.
+One incident per watched system: the worst one, with its code's severity and
+category, which dcgm-exporter 4.8.3 and later add as ``health_error_severity`` and
+``health_error_category`` from DCGM's table of error codes (dcgm-errors.csv beside this
+module copies that table's rows for the codes the health status can carry). This module
+produces data; the exposition renders it.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 
-from exporter.derive import healthcodes, xidcatalog
+from exporter.derive import xidcatalog
 from exporter.frame import HealthSeries, WindowCounts
 from exporter.snapshot import Snapshot
 
@@ -121,7 +128,7 @@ def _incidents(inp: HealthInputs) -> list[tuple[str, int, str]]:
 
 def gpu_health(inp: HealthInputs) -> tuple[HealthSeries, ...]:
     """One series per watched system, in WATCHES order; the worst incident of each, with
-    its code's severity and category (healthcodes.py)."""
+    its code's severity and category (:func:`grade`)."""
     worst: dict[str, tuple[int, str]] = {}
     for watch, result, code in _incidents(inp):
         if result > worst.get(watch, (PASS, OK_CODE))[0]:
@@ -129,7 +136,7 @@ def gpu_health(inp: HealthInputs) -> tuple[HealthSeries, ...]:
     out = []
     for w in WATCHES:
         result, code = worst.get(w, (PASS, OK_CODE))
-        out.append(HealthSeries(w, code, result, *healthcodes.grade(code)))
+        out.append(HealthSeries(w, code, result, *grade(code)))
     return tuple(out)
 
 
@@ -176,3 +183,21 @@ class HealthTracker:
         for k in [k for k in self._prev if k[0] not in live]:
             del self._prev[k]
         return out
+
+
+UNKNOWN_GRADE = ("UNKNOWN", "NONE")
+"""The severity and category of a code missing from DCGM's table."""
+
+
+@cache
+def grades() -> dict[str, tuple[str, str]]:
+    """DCGM error code -> (severity, category), from dcgm-errors.csv."""
+    text = (resources.files("exporter.derive") / "dcgm-errors.csv").read_text(encoding="utf-8")
+    rows = [r for r in csv.reader(io.StringIO(text), skipinitialspace=True) if r]
+    rows = [r for r in rows if not r[0].startswith("#")][1:]  # the first row names the columns
+    return {code.strip(): (sev.strip(), cat.strip()) for code, sev, cat in rows}
+
+
+def grade(code: str) -> tuple[str, str]:
+    """(health_error_severity, health_error_category) of a DCGM error code."""
+    return grades().get(code, UNKNOWN_GRADE)

@@ -16,12 +16,11 @@ from typing import Any
 
 from exporter.catalog.metricsfile import Catalog
 from exporter.derive import windows, xidcatalog
-from exporter.derive.accounting.claims import DeviceUse
 from exporter.derive.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
 from exporter.derive.clocktotals import ClockEventTotals
 from exporter.derive.health import HealthTracker
 from exporter.derive.xids import XidCounter
-from exporter.frame import Derived, Frame, Held
+from exporter.frame import Derived, DeviceUse, Frame, Held
 from exporter.snapshot import Snapshot
 
 XID_WINDOW = "DCGM_EXP_XID_ERRORS_COUNT"

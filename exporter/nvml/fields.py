@@ -3,8 +3,9 @@
 One row per field: its scope (one series per physical GPU, or one per GPU *and*
 per MIG instance), the NVML source (a batch field id, a driver call shared with
 other fields, a GPM metric, the XID event thread, or an identity string read
-once) and the conversion to DCGM's unit. A field's whole story is its row in
-metrics.csv plus its row here.
+once) and the conversion to DCGM's unit. For a field read by nvmlDeviceGetFieldValues,
+a shared call or GPM, its entry here is its whole NVML read; docs/architecture.md
+("Where a metric lives") names every file of a family's story.
 """
 
 from __future__ import annotations

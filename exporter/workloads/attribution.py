@@ -20,8 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.config.model import KubeConfig
-from exporter.derive.accounting.claims import DeviceUse
-from exporter.frame import Holder, KubeStatus, Owner, Split
+from exporter.frame import DeviceUse, Holder, KubeStatus, Owner, Split
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.cgroups import ContainerRef, container_of

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from exporter.derive.accounting.claims import Claim, DeviceUse
-from exporter.derive.accounting.plan import FB_USED
-from exporter.frame import Owner
+from exporter.frame import Claim, DeviceUse, Owner
 from exporter.nvml.fields import MIB
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.mapper import PodMap
+
+FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB; whether a device no one holds has memory in use
 
 # (known, owner): known False when the join cannot place the PID; owner None when the
 # process belongs to no running container

@@ -28,9 +28,8 @@ from exporter.catalog.metricsfile import load
 from exporter.catalog.renames import renames
 from exporter.collector import Collector
 from exporter.config.model import default_metrics_file
-from exporter.derive.accounting.claims import DeviceUse
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.frame import KubeStatus, Owner, Split
+from exporter.frame import DeviceUse, KubeStatus, Owner, Split
 from exporter.sim import Fault, ManualClock
 from tests.support.exposition import Stages
 

@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.catalog.metricsfile import Catalog
-from exporter.derive.accounting.claims import DeviceUse
 from exporter.derive.stage import Derive
 from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
-from exporter.frame import Held, Holder, Split, Workloads
+from exporter.frame import DeviceUse, Held, Holder, Split, Workloads
 from exporter.snapshot import Snapshot
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")

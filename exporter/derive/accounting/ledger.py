@@ -20,9 +20,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from exporter.derive.accounting.claims import DeviceUse, unaccounted
 from exporter.derive.accounting.plan import GpuPlan, Planner
-from exporter.frame import Accounts, GpuAccount, HolderAccount, HolderKey
+from exporter.frame import Accounts, DeviceUse, GpuAccount, HolderAccount, HolderKey, Unaccounted
 from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot
@@ -198,3 +197,20 @@ class Ledger:
                 g.ended_at = now
             elif now - g.ended_at > self.retention_s:
                 del self.gpus[gpu_key]
+
+
+def unaccounted(
+    uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]
+) -> tuple[Unaccounted, ...] | None:
+    """The devices among ``devices`` with unaccounted processes, in their order; None
+    without pod attribution (``uses`` None)."""
+    if uses is None:
+        return None
+    out = []
+    for dev in devices:
+        use = uses.get(dev.key)
+        if use is not None and use.unaccounted_processes:
+            out.append(
+                Unaccounted(dev, bool(use.claims), use.unaccounted_bytes, use.unaccounted_processes)
+            )
+    return tuple(out)

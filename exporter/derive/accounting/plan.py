@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.derive.accounting.claims import DeviceUse
-from exporter.frame import HolderKey
+from exporter.frame import DeviceUse, HolderKey
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 

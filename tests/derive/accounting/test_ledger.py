@@ -11,9 +11,9 @@ from types import MappingProxyType
 
 import pytest
 
-from exporter.derive.accounting.claims import Claim, DeviceUse
 from exporter.derive.accounting.ledger import Ledger
 from exporter.exposition.accounting import AccountText
+from exporter.frame import Claim, DeviceUse
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 from tests.support.exposition import samples
