@@ -58,15 +58,6 @@ HEALTHY_EMPTY = {
     "gpu-health.json: Memory repair state F": "RETIRED_DBE: page retirement is pre-Ampere",
     "gpu-health.json: Memory repair state G": "RETIRED_PENDING: page retirement is pre-Ampere",
     "gpu-health.json: NVML errors A": "no NVML call fails here but NOT_SUPPORTED ones",
-    **{
-        f"gpu-health.json: {panel}": "the fabric rows are off in the shipped metrics file; "
-        "tests/e2e/test_fabric_alert.py answers them on the GB200 tray with the rows on"
-        for panel in (
-            "Fabric registration A",
-            "Fabric health A",
-            *(f"Fabric by GPU {ref}" for ref in "ABCDEF"),
-        )
-    },
 }
 # On the default node: 8 physical GPUs, 7 + 4 MIG instances on GPUs 6 and 7.
 GPUS = 8
