@@ -79,6 +79,15 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+def prometheus_version() -> str:
+    """``prometheus X.Y.Z`` as the installed binary names itself."""
+    import subprocess
+
+    out = subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
+    words = (out.stdout or out.stderr).split()  # prometheus, version X.Y.Z ...
+    return f"prometheus {words[2]}" if len(words) > 2 else "prometheus"
+
+
 def _recorded() -> dict[str, str]:
     """Each recording rule's name and expression, from alerts/'s generated rule files."""
     out = {}
@@ -117,7 +126,8 @@ def _inlined_rules(path: Path) -> None:
                 for r in group["rules"]
                 if "record" in r
             ]
-            groups.append({"name": f"inlined-{group['name']}", "rules": rules})
+            if rules:
+                groups.append({"name": f"inlined-{group['name']}", "rules": rules})
     path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
 
 
