@@ -198,7 +198,8 @@ def build() -> dict[str, Any]:
             "percentunit",
             maximum=1,
         ),
-        Row("GPUs"),
+        # Per-device series: collapsed, so the fleet view queries per-node series only.
+        Row("GPUs of the selected nodes (per device: pick nodes first)", collapsed=True),
         timeseries(
             "GPU utilization",
             "Share of time a kernel was running on each whole GPU. MIG-enabled GPUs have no "
@@ -275,7 +276,8 @@ def build() -> dict[str, Any]:
         "gpu-exporter-fleet",
         "GPU / Fleet overview",
         "GPUs across clusters and nodes: how many, how busy, memory, power and energy; "
-        "MIG-aware. Needs the recording rules of alerts/gpu-recording.rules.yaml.",
-        gpu_variables(),
+        "MIG-aware. Needs the recording rules of alerts/gpu-recording.rules.yaml: every panel "
+        "outside the collapsed per-GPU row reads per-node recorded series.",
+        gpu_variables("node:gpu_devices:count"),
         items,
     )

@@ -19,10 +19,12 @@ Panel = dict[str, Any]
 
 
 class Row:
-    """A full-width row header in a layout."""
+    """A full-width row header in a layout. A collapsed row holds the panels after it (up to
+    the next row), and Grafana runs their queries only when someone opens it."""
 
-    def __init__(self, title: str) -> None:
+    def __init__(self, title: str, *, collapsed: bool = False) -> None:
         self.title = title
+        self.collapsed = collapsed
 
 
 def target(expr: str, legend: str = "", *, instant: bool = False) -> dict[str, Any]:
@@ -278,30 +280,29 @@ def dashed(regex: str) -> dict[str, Any]:
 def layout(items: list[Panel | Row]) -> list[Panel]:
     """Give each panel an id and a grid position, left to right, wrapping at full width."""
     panels: list[Panel] = []
+    into = panels  # a collapsed row's panels go into the row
     x = y = line_height = 0
     for panel_id, item in enumerate(items, start=1):
         if isinstance(item, Row):
             y += line_height
             x, line_height = 0, 0
-            panels.append(
-                {
-                    "type": "row",
-                    "id": panel_id,
-                    "title": item.title,
-                    "collapsed": False,
-                    "gridPos": {"x": 0, "y": y, "w": GRID_WIDTH, "h": 1},
-                    "panels": [],
-                }
-            )
+            row: Panel = {
+                "type": "row",
+                "id": panel_id,
+                "title": item.title,
+                "collapsed": item.collapsed,
+                "gridPos": {"x": 0, "y": y, "w": GRID_WIDTH, "h": 1},
+                "panels": [],
+            }
+            panels.append(row)
+            into = row["panels"] if item.collapsed else panels
             y += 1
             continue
         width, height = item["gridPos"]["w"], item["gridPos"]["h"]
         if x + width > GRID_WIDTH:
             y += line_height
             x, line_height = 0, 0
-        panels.append(
-            {"id": panel_id, **item, "gridPos": {"x": x, "y": y, "w": width, "h": height}}
-        )
+        into.append({"id": panel_id, **item, "gridPos": {"x": x, "y": y, "w": width, "h": height}})
         x += width
         line_height = max(line_height, height)
     return panels
@@ -354,7 +355,8 @@ def dashboard(
     items: list[Panel | Row],
 ) -> dict[str, Any]:
     panels = layout(items)
-    kinds = sorted({panel["type"] for panel in panels if panel["type"] != "row"})
+    nested = [p for panel in panels for p in panel.get("panels", [])]
+    kinds = sorted({panel["type"] for panel in panels + nested if panel["type"] != "row"})
     return {
         "__requires": [
             {"type": "grafana", "id": "grafana", "name": "Grafana", "version": "10.4.0"},
@@ -413,13 +415,12 @@ NODE_SELECTOR = 'cluster=~"$cluster", node=~"$node"'
 GPU_SELECTOR = 'cluster=~"$cluster", node=~"$node", gpu=~"$gpu"'
 
 
-def gpu_variables() -> list[dict[str, Any]]:
-    """cluster, node and gpu, each narrowing the next."""
+def gpu_variables(nodes: str = "DCGM_FI_DEV_GPU_TEMP") -> list[dict[str, Any]]:
+    """cluster, node and gpu, each narrowing the next; cluster and node from the series
+    ``nodes`` (a recorded per-node series keeps a fleet view off per-device series)."""
     return [
-        query_variable("cluster", "Cluster", "label_values(DCGM_FI_DEV_GPU_TEMP, cluster)"),
-        query_variable(
-            "node", "Node", 'label_values(DCGM_FI_DEV_GPU_TEMP{cluster=~"$cluster"}, node)'
-        ),
+        query_variable("cluster", "Cluster", f"label_values({nodes}, cluster)"),
+        query_variable("node", "Node", f'label_values({nodes}{{cluster=~"$cluster"}}, node)'),
         query_variable(
             "gpu",
             "GPU",

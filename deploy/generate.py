@@ -2,7 +2,8 @@
 
 kustomize only reads files inside the kustomization's folder, so alerts/prometheusrule.yaml
 and dashboards/*.json are copied here unchanged, with a kustomization that turns each
-dashboard into a ConfigMap for Grafana's sidecar. Run after either source changes:
+dashboard into a ConfigMap for Grafana's sidecar, and exporter/catalog/metrics-extended.csv
+into deploy/components/extended-metrics/. Run after a source changes:
 
     python deploy/generate.py            # rewrite deploy/base/generated/
     python deploy/generate.py --check    # exit 1 if it is out of date (the tests run this)
@@ -19,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "deploy" / "base" / "generated"
 RULES = ROOT / "alerts" / "prometheusrule.yaml"
 DASHBOARDS = ROOT / "dashboards"
+EXTENDED = ROOT / "exporter" / "catalog" / "metrics-extended.csv"
+EXTENDED_COPY = ROOT / "deploy" / "components" / "extended-metrics" / EXTENDED.name
 
 RULES_HEADER = "# Copied by deploy/generate.py from alerts/prometheusrule.yaml; do not edit.\n"
 KUSTOMIZATION = """\
@@ -65,6 +68,7 @@ def expected() -> dict[Path, bytes]:
         generators.append(GENERATOR.format(name=name, file=src.name))
     text = KUSTOMIZATION.format(generators="".join(generators) or "  []\n")
     files[OUT / "kustomization.yaml"] = text.encode()
+    files[EXTENDED_COPY] = EXTENDED.read_bytes()
     return files
 
 
@@ -82,9 +86,7 @@ def stale(files: dict[Path, bytes]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--check", action="store_true", help="fail if deploy/base/generated is out of date"
-    )
+    parser.add_argument("--check", action="store_true", help="fail if a copy is out of date")
     args = parser.parse_args(argv)
     files = expected()
     differ = stale(files)

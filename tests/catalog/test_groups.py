@@ -14,6 +14,7 @@ from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
 from exporter.config.model import Collection, default_metrics_file
 from exporter.poller import Poller
+from tests.support.catalogs import ALL_ROWS
 from tests.support.exposition import find
 
 CATALOG = load(default_metrics_file())
@@ -90,7 +91,7 @@ async def test_without_collections_every_field_is_read_each_cycle(driver):
 
 
 def test_patterns_match_rows_as_written_and_dcgm_names():
-    groups = resolve(CATALOG, (Collection("g", 1.0, ("DCGM_FI_DEV_*_TEMP", "DCGM_FI_PROF_*")),))
+    groups = resolve(ALL_ROWS, (Collection("g", 1.0, ("DCGM_FI_DEV_*_TEMP", "DCGM_FI_PROF_*")),))
     names = {f.name for f in groups[0].fields}
     assert {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_PROF_SM_ACTIVE"} <= names
     with pytest.raises(GroupError, match="also in collection 'a'"):

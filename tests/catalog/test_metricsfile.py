@@ -16,21 +16,28 @@ def test_shipped_metrics_file_serves_every_row():
     names = [m.name for m in cat.metrics]
     for required in (
         "DCGM_FI_DEV_GPU_UTIL",
-        "DCGM_FI_DEV_FB_TOTAL",
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT",
         "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
         "DCGM_FI_DEV_ROW_REMAP_PENDING",
         "DCGM_FI_DEV_RETIRED_PENDING",
         "DCGM_FI_DEV_PCIE_LINK_GEN",
         "DCGM_FI_DEV_PCIE_LINK_WIDTH",
-        "DCGM_FI_DEV_PSTATE",
         "DCGM_FI_DEV_THERMAL_VIOLATION",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "DCGM_EXP_XID_ERRORS_TOTAL",
     ):
         assert required in names
+    # read by no alert, rule or panel, and not in dcgm-exporter's default: extended only
+    for extended in ("DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_PSTATE"):
+        assert extended not in names
     assert [m.name for m in cat.labels] == ["DCGM_FI_DRIVER_VERSION"]
+
+
+def test_extended_metrics_file_serves_every_row():
+    cat = load(Path(default_metrics_file()).with_name("metrics-extended.csv"))
+    assert cat.skipped == () and cat.duplicates == ()
+    names = {m.name for m in cat.metrics}
+    assert {"DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_PSTATE", "DCGM_EXP_P2P_STATUS"} <= names
 
 
 def test_repo_root_metrics_csv_is_the_shipped_one():

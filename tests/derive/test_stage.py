@@ -17,7 +17,8 @@ from exporter.exposition.build import Builder
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.poller import Poller
 from exporter.snapshot import Snapshot
-from tests.exposition.test_build import CATALOG, gpu, snap
+from tests.exposition.test_build import gpu, snap
+from tests.support.catalogs import ALL_ROWS as CATALOG  # the windows are not in the default
 from tests.support.exposition import find
 
 BUSY = "gpu_exporter_busy_gpu_seconds_total"

@@ -9,9 +9,7 @@ from collections import Counter
 import pytest
 
 from exporter import sim
-from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config.model import default_metrics_file
 from exporter.derive.windows import (
     ClockEventWindow,
     Window,
@@ -21,6 +19,7 @@ from exporter.derive.windows import (
 )
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault
+from tests.support.catalogs import ALL_ROWS
 
 
 def test_window_forgets_what_is_older_than_the_window():
@@ -84,7 +83,7 @@ def test_windows_sized_from_config():
 def node():
     clock = ManualClock()
     driver = sim.install(None, clock=clock)
-    col = Collector(load(default_metrics_file()), "n", clock=lambda: 1_700_000_000 + clock())
+    col = Collector(ALL_ROWS, "n", clock=lambda: 1_700_000_000 + clock())
     col.gpm.sleep = clock.advance
     try:
         yield driver, col, clock

@@ -32,6 +32,7 @@ ALLOWED_LINT = (
     'non-histogram and non-summary metrics should not have "_count" suffix',
     'non-counter metrics should not have "_total" suffix',
     "metric name should not include type 'counter'",  # DCGM_FI_DEV_PCIE_REPLAY_COUNTER
+    "metric name should not include type 'summary'",  # DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY
 )
 
 
@@ -40,7 +41,7 @@ def default_node():
     exp = Exporter("-c", "300")
     try:
         exp.wait_ready()
-        wait_until(lambda: "DCGM_FI_PROF_SM_ACTIVE" in exp.metrics(), 10, "GPM values")
+        wait_until(lambda: "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in exp.metrics(), 10, "GPM values")
         yield exp
     finally:
         exp.stop()
@@ -51,7 +52,7 @@ def mixed_node():
     exp = Exporter("-c", "300", fleet=FLEETS / "mixed.yaml")
     try:
         exp.wait_ready()
-        wait_until(lambda: "DCGM_FI_PROF_SM_ACTIVE" in exp.metrics(), 10, "GPM values")
+        wait_until(lambda: "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in exp.metrics(), 10, "GPM values")
         yield exp
     finally:
         exp.stop()
@@ -103,7 +104,8 @@ def test_default_node_has_8_h100s_and_mig_instances(default_node):
         "2g.20gb",
         "3g.40gb",
     ]
-    mig_gpm = {s.labels.get("GPU_I_ID") for s in find(text, "DCGM_FI_PROF_SM_ACTIVE", gpu="6")}
+    gpm = find(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", gpu="6")
+    mig_gpm = {s.labels.get("GPU_I_ID") for s in gpm}
     assert len(mig_gpm) == 7 and None not in mig_gpm
 
 
@@ -128,13 +130,14 @@ def test_device_level_series_repeat_per_mig_instance(mixed_node):
 
 def test_sum_of_framebuffer_counts_each_gpu_once(mixed_node):
     text = mixed_node.metrics()
-    total = sum(s.value for s in find(text, "DCGM_FI_DEV_FB_TOTAL"))
+    framebuffer = ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED")
+    total = sum(s.value for name in framebuffer for s in find(text, name))
     # H100 81559 + MIG H100 (40448+20096+9984 -> 39+19+9 GiB-ish instance sizes) etc.: the
     # sum must not include the MIG parents' own totals.
     parents = {"1", "2"}
     assert not [
         s
-        for s in find(text, "DCGM_FI_DEV_FB_TOTAL")
+        for s in find(text, "DCGM_FI_DEV_FB_USED")
         if s.labels["gpu"] in parents and "GPU_I_ID" not in s.labels
     ]
     assert total < 81559 * 2 + 40960 + 23034 + 15360

@@ -9,6 +9,7 @@ import pytest
 
 from exporter.sim import FLEETS_DIR, load_fleet
 from tests.procs import Exporter
+from tests.support.catalogs import EXTENDED
 
 FLEETS = sorted(FLEETS_DIR.glob("*.yaml"))
 SUMMARY = "not available on at least one GPU"
@@ -27,7 +28,8 @@ NAMED = {
 def test_exporter_serves_the_fleet(fleet):
     spec = load_fleet(fleet)
     migs = sum(len(g.mig or ()) for g in spec.gpus)
-    exporter = Exporter("-c", "500", fleet=fleet)
+    # every row the exporter can serve, so that each driver branch's readings are asked for
+    exporter = Exporter("-c", "500", "-f", str(EXTENDED), fleet=fleet)
     try:
         exporter.wait_ready(timeout=60)
         text = exporter.wait_metrics(lambda t: "DCGM_FI_DEV_GPU_TEMP{" in t, timeout=20)

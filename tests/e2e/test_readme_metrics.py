@@ -18,7 +18,7 @@ NAME = re.compile(r"`((?:gpu_exporter|DCGM_FI|DCGM_EXP)_[A-Za-z0-9_]+)")
 # the scrape is taken once these are there: GPM needs two cycles, shared-GPU
 # containers the kubelet's answer and a cycle's processes
 WAIT_FOR = (
-    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     'collector="podresources"',
     "gpu_exporter_container_fb_used_bytes",
 )

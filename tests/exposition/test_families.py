@@ -12,8 +12,8 @@ import pytest
 from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config.model import default_metrics_file
 from exporter.sim import Fault, ManualClock
+from tests.support.catalogs import ALL_ROWS_TEXT
 from tests.support.exposition import Stages, find
 
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -24,12 +24,9 @@ MIXED = Path(__file__).parents[1] / "fixtures" / "fleets" / "mixed.yaml"
 
 
 def all_families(tmp_path: Path) -> Path:
-    """The shipped metrics file with the commented-out health and P2P rows turned on."""
-    text = Path(default_metrics_file()).read_text()
-    for name in (HEALTH, P2P):
-        text = text.replace(f"# {name},", f"{name},")
+    """Every row with series of its own, health and P2P included (tests/catalogs.py)."""
     path = tmp_path / "all.csv"
-    path.write_text(text)
+    path.write_text(ALL_ROWS_TEXT)
     return path
 
 

@@ -11,9 +11,9 @@ import pytest
 from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config.model import default_metrics_file
 from exporter.config.releases import RELEASES
 from exporter.sim import Fault, ManualClock
+from tests.support.catalogs import ALL_ROWS_TEXT
 from tests.support.exposition import Stages, find
 
 TOTAL = "DCGM_EXP_CLOCK_EVENTS_TOTAL"
@@ -21,12 +21,10 @@ HEALTH = "DCGM_EXP_GPU_HEALTH_STATUS"
 
 
 def _node(tmp_path: Path, release: str):
-    """(driver, cycle, close) with the shipped file's health and clock-event total rows on."""
-    text = Path(default_metrics_file()).read_text()
-    for name in (HEALTH, TOTAL):
-        text = text.replace(f"# {name},", f"{name},")
+    """(driver, cycle, close) with every row with series, health and clock-event totals
+    among them (tests/catalogs.py)."""
     path = tmp_path / "metrics.csv"
-    path.write_text(text)
+    path.write_text(ALL_ROWS_TEXT)
     clock = ManualClock()
     driver = sim.install(None, clock=clock)
     col = Collector(load(path), "node-a", clock=lambda: 1_700_000_000 + clock())

@@ -82,7 +82,8 @@ def test_compatibility_doc_units_are_the_help_texts():
     text = (ROOT / "docs" / "compatibility.md").read_text()
     units_line = " ".join(text.split("- Units:", 1)[1].split("\n- ", 1)[0].split())
     helps = {}
-    for line in Path(default_metrics_file()).read_text().splitlines():
+    extended = Path(default_metrics_file()).with_name("metrics-extended.csv")
+    for line in extended.read_text().splitlines():
         if line.startswith("DCGM_"):
             name, _, help_text = (c.strip() for c in line.split(",", 2))
             helps[name] = help_text

@@ -178,7 +178,7 @@ def test_sighup_reloads_while_scrapes_stay_whole(tmp_path):
         "-c", "300", "-f", str(metrics), "--web-config-file", str(web), log=tmp_path / "log"
     )
     node.wait_ready()
-    text = node.wait_metrics(lambda t: "DCGM_FI_PROF_SM_ACTIVE" in t, 10, "GPM values")
+    text = node.wait_metrics(lambda t: "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in t, 10, "GPM values")
     fam_full = families(text)
     fam_fewer = fam_full - {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK"}
     allowed = [fam_full, fam_fewer]

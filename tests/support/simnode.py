@@ -12,20 +12,16 @@ from typing import Any
 import pynvml
 
 from exporter import sim
-from exporter.catalog.metricsfile import Catalog, load, parse
+from exporter.catalog.metricsfile import Catalog
 from exporter.collector import Collector
-from exporter.config.model import default_metrics_file
 from exporter.sim import ManualClock, SimDriver
 from exporter.sim.models import catalog
 from exporter.snapshot import Snapshot
+from tests.support.catalogs import ALL_ROWS
 
-CATALOG = load(default_metrics_file())
-# the default rows and the ones it leaves out that these tests read
-WIDE = parse(
-    Path(default_metrics_file()).read_text()
-    + "DCGM_FI_DEV_POWER_USAGE_INSTANT, gauge, Power (W).\n"
-    + "DCGM_FI_PROF_NVLINK_TX_BYTES, gauge, NVLink bytes sent per second.\n"
-)
+# every row with series of its own (tests/catalogs.py): these tests read rows the
+# default leaves out
+CATALOG = WIDE = ALL_ROWS
 H100 = "NVIDIA H100 80GB HBM3"
 
 
