@@ -1,10 +1,12 @@
-"""Copy the alerting rules and dashboards into deploy/base/generated/ for kustomize.
+"""Copy the alerting rules and dashboards into deploy/base/generated/ for kustomize, and into
+the Helm chart's files/.
 
-kustomize only reads files inside the kustomization's folder, so alerts/prometheusrule.yaml
+kustomize and Helm only read files inside their own folders, so alerts/prometheusrule.yaml
 and dashboards/*.json are copied here unchanged, with a kustomization that turns each
-dashboard into a ConfigMap for Grafana's sidecar. Run after either source changes:
+dashboard into a ConfigMap for Grafana's sidecar (the chart's templates do the same, and
+read the tls component's web-config.yaml from their copy). Run after a source changes:
 
-    python deploy/generate.py            # rewrite deploy/base/generated/
+    python deploy/generate.py            # rewrite the copies
     python deploy/generate.py --check    # exit 1 if it is out of date (the tests run this)
 """
 
@@ -17,6 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "deploy" / "base" / "generated"
+# The Helm chart reads the same sources from its own files/ (Helm reads no file outside it).
+CHART_FILES = ROOT / "deploy" / "helm" / "gpu-exporter" / "files"
+WEB_CONFIG = ROOT / "deploy" / "components" / "tls" / "web-config.yaml"
 RULES = ROOT / "alerts" / "prometheusrule.yaml"
 DASHBOARDS = ROOT / "dashboards"
 
@@ -65,12 +70,16 @@ def expected() -> dict[Path, bytes]:
         generators.append(GENERATOR.format(name=name, file=src.name))
     text = KUSTOMIZATION.format(generators="".join(generators) or "  []\n")
     files[OUT / "kustomization.yaml"] = text.encode()
+    files[CHART_FILES / "prometheusrule.yaml"] = RULES.read_bytes()
+    files[CHART_FILES / "web-config.yaml"] = WEB_CONFIG.read_bytes()
+    for src in sorted(DASHBOARDS.glob("*.json")):
+        files[CHART_FILES / "dashboards" / src.name] = src.read_bytes()
     return files
 
 
 def stale(files: dict[Path, bytes]) -> list[str]:
     """Generated files that differ from ``files``, are missing, or should not be there."""
-    present = {p for p in OUT.rglob("*") if p.is_file()} if OUT.exists() else set()
+    present = {p for folder in (OUT, CHART_FILES) for p in folder.rglob("*") if p.is_file()}
     out = [
         str(p.relative_to(ROOT))
         for p, data in files.items()
