@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +23,17 @@ OUT = ROOT / "deploy" / "base" / "generated"
 # The Helm chart reads the same sources from its own files/ (Helm reads no file outside it).
 CHART_FILES = ROOT / "deploy" / "helm" / "gpu-exporter" / "files"
 WEB_CONFIG = ROOT / "deploy" / "components" / "tls" / "web-config.yaml"
+CHART = ROOT / "deploy" / "helm" / "gpu-exporter"
+# Lines that carry the version or the image repository, set from pyproject.toml: (file, the
+# line's pattern with the value as its group, the value's key in release()).
+STAMPS = (
+    (ROOT / "deploy" / "base" / "kustomization.yaml", r"^    newName: (.*)$", "image"),
+    (ROOT / "deploy" / "base" / "kustomization.yaml", r"^    newTag: (.*)$", "version"),
+    (CHART / "values.yaml", r"^  repository: (.*)$", "image"),
+    (CHART / "Chart.yaml", r"^version: (.*)$", "version"),
+    (CHART / "Chart.yaml", r'^appVersion: "(.*)"$', "version"),
+    (ROOT / "Dockerfile", r"^ARG VERSION=(.*)$", "version"),
+)
 RULES = ROOT / "alerts" / "prometheusrule.yaml"
 DASHBOARDS = ROOT / "dashboards"
 
@@ -58,6 +70,35 @@ GENERATOR = """\
 """
 
 
+def release() -> dict[str, str]:
+    """pyproject.toml's version and image repository."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {
+        "version": pyproject["project"]["version"],
+        "image": pyproject["tool"]["gpu-exporter"]["image"],
+    }
+
+
+def stamped() -> dict[Path, bytes]:
+    """The files of STAMPS with each stamped line set from pyproject.toml."""
+    values = release()
+    texts: dict[Path, str] = {}
+    for path, pattern, key in STAMPS:
+        text = texts.get(path) or path.read_text()
+        line = re.compile(pattern, re.M)
+        if len(line.findall(text)) != 1:
+            raise SystemExit(f"{path}: expected one line matching {pattern!r}")
+        texts[path] = line.sub(lambda m, v=values[key]: _set(m, v), text)
+    return {path: text.encode() for path, text in texts.items()}
+
+
+def _set(match: re.Match[str], value: str) -> str:
+    start, end = match.span(1)
+    whole = match.group(0)
+    offset = match.start(0)
+    return whole[: start - offset] + value + whole[end - offset :]
+
+
 def expected() -> dict[Path, bytes]:
     """Every generated file and its content, from the sources as they are now."""
     if not RULES.is_file():
@@ -74,7 +115,7 @@ def expected() -> dict[Path, bytes]:
     files[CHART_FILES / "web-config.yaml"] = WEB_CONFIG.read_bytes()
     for src in sorted(DASHBOARDS.glob("*.json")):
         files[CHART_FILES / "dashboards" / src.name] = src.read_bytes()
-    return files
+    return files | stamped()
 
 
 def stale(files: dict[Path, bytes]) -> list[str]:
