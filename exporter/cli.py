@@ -202,7 +202,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if _simulated_kubelet(args, cfg) and cfg.kube is not None:
             from exporter.sim.kubelet import SimKubelet
 
-            kubelet = SimKubelet(driver).start()
+            try:
+                kubelet = SimKubelet(driver).start()
+            except OSError as e:
+                return _fail(
+                    f"--simulate -k: cannot make the simulated kubelet's socket ({e}); "
+                    "set a writable TMPDIR or --pod-resources-kubelet-socket"
+                )
             atexit.register(kubelet.close)
             kube = dataclasses.replace(cfg.kube, socket=kubelet.socket)
             cfg = dataclasses.replace(cfg, kube=kube)
