@@ -34,7 +34,7 @@ COPY exporter ./exporter
 RUN /opt/gpu-exporter/bin/pip install --no-deps . \
  && /opt/gpu-exporter/bin/pip uninstall -q -y pip setuptools \
  && /opt/gpu-exporter/bin/gpu-exporter --simulate --check \
- && /opt/gpu-exporter/bin/python -c "import exporter.workloads.apiserver.watch, exporter.workloads.kubelet.podresources"
+ && /opt/gpu-exporter/bin/python -c "import exporter.workloads.apiserver.watch, exporter.workloads.kubelet.podresources, exporter.sim.kubelet"
 
 FROM ${BASE_IMAGE}
 ARG BASE_IMAGE

@@ -1,11 +1,14 @@
-"""Copy the alerting rules and dashboards into deploy/base/generated/ for kustomize.
+"""Copy the alerting rules and dashboards into deploy/base/generated/ for kustomize, and into
+the Helm chart's files/.
 
-kustomize only reads files inside the kustomization's folder, so alerts/prometheusrule.yaml
+kustomize and Helm only read files inside their own folders, so alerts/prometheusrule.yaml
 and dashboards/*.json are copied here unchanged, with a kustomization that turns each
-dashboard into a ConfigMap for Grafana's sidecar, and exporter/catalog/metrics-extended.csv
-into deploy/components/extended-metrics/. Run after a source changes:
+dashboard into a ConfigMap for Grafana's sidecar (the chart's templates do the same, and
+read the tls component's web-config.yaml from their copy), and
+exporter/catalog/metrics-extended.csv into deploy/components/extended-metrics/. Run
+after a source changes:
 
-    python deploy/generate.py            # rewrite deploy/base/generated/
+    python deploy/generate.py            # rewrite the copies
     python deploy/generate.py --check    # exit 1 if it is out of date (the tests run this)
 """
 
@@ -14,10 +17,25 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "deploy" / "base" / "generated"
+# The Helm chart reads the same sources from its own files/ (Helm reads no file outside it).
+CHART_FILES = ROOT / "deploy" / "helm" / "gpu-exporter" / "files"
+WEB_CONFIG = ROOT / "deploy" / "components" / "tls" / "web-config.yaml"
+CHART = ROOT / "deploy" / "helm" / "gpu-exporter"
+# Lines that carry the version or the image repository, set from pyproject.toml: (file, the
+# line's pattern with the value as its group, the value's key in release()).
+STAMPS = (
+    (ROOT / "deploy" / "base" / "kustomization.yaml", r"^    newName: (.*)$", "image"),
+    (ROOT / "deploy" / "base" / "kustomization.yaml", r"^    newTag: (.*)$", "version"),
+    (CHART / "values.yaml", r"^  repository: (.*)$", "image"),
+    (CHART / "Chart.yaml", r"^version: (.*)$", "version"),
+    (CHART / "Chart.yaml", r'^appVersion: "(.*)"$', "version"),
+    (ROOT / "Dockerfile", r"^ARG VERSION=(.*)$", "version"),
+)
 RULES = ROOT / "alerts" / "prometheusrule.yaml"
 DASHBOARDS = ROOT / "dashboards"
 EXTENDED = ROOT / "exporter" / "catalog" / "metrics-extended.csv"
@@ -56,6 +74,35 @@ GENERATOR = """\
 """
 
 
+def release() -> dict[str, str]:
+    """pyproject.toml's version and image repository."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {
+        "version": pyproject["project"]["version"],
+        "image": pyproject["tool"]["gpu-exporter"]["image"],
+    }
+
+
+def stamped() -> dict[Path, bytes]:
+    """The files of STAMPS with each stamped line set from pyproject.toml."""
+    values = release()
+    texts: dict[Path, str] = {}
+    for path, pattern, key in STAMPS:
+        text = texts.get(path) or path.read_text()
+        line = re.compile(pattern, re.M)
+        if len(line.findall(text)) != 1:
+            raise SystemExit(f"{path}: expected one line matching {pattern!r}")
+        texts[path] = line.sub(lambda m, v=values[key]: _set(m, v), text)
+    return {path: text.encode() for path, text in texts.items()}
+
+
+def _set(match: re.Match[str], value: str) -> str:
+    start, end = match.span(1)
+    whole = match.group(0)
+    offset = match.start(0)
+    return whole[: start - offset] + value + whole[end - offset :]
+
+
 def expected() -> dict[Path, bytes]:
     """Every generated file and its content, from the sources as they are now."""
     if not RULES.is_file():
@@ -69,12 +116,16 @@ def expected() -> dict[Path, bytes]:
     text = KUSTOMIZATION.format(generators="".join(generators) or "  []\n")
     files[OUT / "kustomization.yaml"] = text.encode()
     files[EXTENDED_COPY] = EXTENDED.read_bytes()
-    return files
+    files[CHART_FILES / "prometheusrule.yaml"] = RULES.read_bytes()
+    files[CHART_FILES / "web-config.yaml"] = WEB_CONFIG.read_bytes()
+    for src in sorted(DASHBOARDS.glob("*.json")):
+        files[CHART_FILES / "dashboards" / src.name] = src.read_bytes()
+    return files | stamped()
 
 
 def stale(files: dict[Path, bytes]) -> list[str]:
     """Generated files that differ from ``files``, are missing, or should not be there."""
-    present = {p for p in OUT.rglob("*") if p.is_file()} if OUT.exists() else set()
+    present = {p for folder in (OUT, CHART_FILES) for p in folder.rglob("*") if p.is_file()}
     out = [
         str(p.relative_to(ROOT))
         for p, data in files.items()

@@ -8,6 +8,7 @@ as one line on stderr before anything is served.
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import logging
 import os
@@ -25,7 +26,9 @@ from exporter.config.model import (
     DEFAULT_HTTP_TIMEOUT_MS,
     DEFAULT_HTTP_WRITE_TIMEOUT_MS,
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_SOCKET,
     LOG_LEVELS,
+    Config,
     ConfigError,
 )
 from exporter.config.releases import DEFAULT, RELEASES
@@ -159,6 +162,18 @@ def _fail(message: str) -> int:
     return EXIT_USAGE
 
 
+def _simulated_kubelet(args: argparse.Namespace, cfg: Config) -> bool:
+    """Whether ``--simulate -k`` gets the simulator's own kubelet: no socket was given (flag,
+    environment or config file), so the fleet's ``pods:`` are served (exporter/sim/kubelet.py)."""
+    return (
+        cfg.simulate
+        and cfg.kube is not None
+        and cfg.kube.socket == DEFAULT_SOCKET
+        and args.pod_resources_kubelet_socket is None
+        and "DCGM_POD_RESOURCES_KUBELET_SOCKET" not in os.environ
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -166,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         return _fail(str(e))
     if cfg.check:
+        if _simulated_kubelet(args, cfg):  # started with the simulator: nothing to reach yet
+            cfg = dataclasses.replace(cfg, kube=None)
         return validate.run_check(cfg)
     catalog, problems = validate.validate(cfg)
     if problems or catalog is None:
@@ -179,9 +196,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_path = f"/proc/self/fd/{os.memfd_create('gpu-exporter-sim-kmsg')}"
             cfg = dataclasses.replace(cfg, kernel_log=log_path if os.path.exists(log_path) else "")
         try:
-            sim.install(cfg.fleet, kernel_log=cfg.kernel_log or None)
+            driver = sim.install(cfg.fleet, kernel_log=cfg.kernel_log or None)
         except ValueError as e:
             return _fail(str(e))
+        if _simulated_kubelet(args, cfg) and cfg.kube is not None:
+            from exporter.sim.kubelet import SimKubelet
+
+            try:
+                kubelet = SimKubelet(driver).start()
+            except OSError as e:
+                return _fail(
+                    f"--simulate -k: cannot make the simulated kubelet's socket ({e}); "
+                    "set a writable TMPDIR or --pod-resources-kubelet-socket"
+                )
+            atexit.register(kubelet.close)
+            kube = dataclasses.replace(cfg.kube, socket=kubelet.socket)
+            cfg = dataclasses.replace(cfg, kube=kube)
     from exporter.app import run
 
     return run(cfg, catalog)

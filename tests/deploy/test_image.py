@@ -199,7 +199,7 @@ def test_runs_with_simulate_and_is_scraped_from_the_host(container):
     port = free_port()
     proc = subprocess.Popen(
         ["buildah", "run", "--isolation", "chroot", "-e", "NODE_NAME=image-node", container, "--",
-         "gpu-exporter", "--simulate", "-c", "500", "-a", f"127.0.0.1:{port}"],
+         "gpu-exporter", "--simulate", "-k", "-c", "500", "-a", f"127.0.0.1:{port}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -207,6 +207,8 @@ def test_runs_with_simulate_and_is_scraped_from_the_host(container):
     finally:
         log = _stop(proc)
     assert 'hostname="image-node"' in text  # dcgm-exporter 4.8.4's label, the default
+    # -k: the simulator's own kubelet on the image's runtime dependencies (h2, protobuf)
+    assert 'pod="train-0",namespace="ml",container="trainer"' in text
     # -d f: 6 whole GPUs and the 11 MIG instances of the 2 MIG GPUs
     assert text.count("DCGM_FI_DEV_GPU_TEMP{") == 17
     assert "gpu_exporter_build_info{" in text
