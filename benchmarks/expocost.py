@@ -20,7 +20,6 @@ import json
 import re
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,24 +54,9 @@ class Exposition:
         return out
 
 
-def _kubelet(socket: Path, ids: list[str]) -> Any:
-    import grpc
-
-    from benchmarks.kubelet import _Lister
-    from benchmarks.pods import assignments
-    from exporter.workloads.kubelet.generated import podresources_pb2_grpc as pb_grpc
-
-    pods = socket.with_suffix(".json")
-    pods.write_text(json.dumps(assignments(ids, len(ids))))
-    server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_PodResourcesListerServicer_to_server(_Lister(pods), server)
-    server.add_insecure_port(f"unix://{socket}")
-    server.start()
-    return server
-
-
 def capture(fleet: Path, metrics: Path, tmp: Path, cycles: int = CYCLES) -> list[Exposition]:
     """Every exposition of ``cycles`` cycles of ``fleet`` served with ``metrics`` and -k."""
+    from benchmarks.kubelet import serve_devices
     from benchmarks.pods import device_ids_of
     from exporter import app, cli, sim
     from exporter.catalog.metricsfile import load
@@ -81,7 +65,7 @@ def capture(fleet: Path, metrics: Path, tmp: Path, cycles: int = CYCLES) -> list
     clock = sim.ManualClock()
     driver = sim.install(fleet, clock=clock, latency=False)
     socket = tmp / f"{fleet.stem}-{metrics.stem}.sock"
-    server = _kubelet(socket, device_ids_of(driver))
+    server = serve_devices(socket, device_ids_of(driver))
     gpus = len(driver.gpus)
     mig = sum(len(g.migs) for g in driver.gpus if g.mig_enabled)
     mig_gpus = sum(1 for g in driver.gpus if g.mig_enabled)

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from benchmarks.pods import assignments
 from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from exporter.workloads.kubelet.generated import podresources_pb2_grpc as pb_grpc
 
@@ -63,16 +64,29 @@ class _Lister(pb_grpc.PodResourcesListerServicer):
         return out
 
 
+def serve(socket: Path, pods: Path) -> grpc.Server:
+    """A started server on ``socket`` answering from ``pods`` (read again when it changes)."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_PodResourcesListerServicer_to_server(_Lister(pods), server)
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    return server
+
+
+def serve_devices(socket: Path, ids: list[str]) -> grpc.Server:
+    """A started server on ``socket`` where each of ``ids`` is held by a pod of its own
+    (benchmarks.pods.assignments), the pods written beside the socket."""
+    pods = socket.with_suffix(".json")
+    pods.write_text(json.dumps(assignments(ids, len(ids))))
+    return serve(socket, pods)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print("usage: python -m benchmarks.kubelet SOCKET PODS.json", file=sys.stderr)
         return 2
-    socket_path, pods = Path(args[0]), Path(args[1])
-    server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_PodResourcesListerServicer_to_server(_Lister(pods), server)
-    server.add_insecure_port(f"unix:{socket_path}")
-    server.start()
+    server = serve(Path(args[0]), Path(args[1]))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

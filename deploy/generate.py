@@ -116,6 +116,7 @@ def expected() -> dict[Path, bytes]:
     text = KUSTOMIZATION.format(generators="".join(generators) or "  []\n")
     files[OUT / "kustomization.yaml"] = text.encode()
     files[EXTENDED_COPY] = EXTENDED.read_bytes()
+    files[CHART_FILES / EXTENDED.name] = EXTENDED.read_bytes()
     files[CHART_FILES / "prometheusrule.yaml"] = RULES.read_bytes()
     files[CHART_FILES / "web-config.yaml"] = WEB_CONFIG.read_bytes()
     for src in sorted(DASHBOARDS.glob("*.json")):

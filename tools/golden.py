@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import difflib
-import json
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FLEETS = Path(__file__).parents[1] / "exporter" / "sim" / "fleets"
@@ -38,22 +36,6 @@ def _own(line: bytes) -> bool:
     return line.startswith(TIMED)
 
 
-def _kubelet(socket: Path, ids: list[str]):
-    import grpc
-
-    from benchmarks.kubelet import _Lister
-    from benchmarks.pods import assignments
-    from exporter.workloads.kubelet.generated import podresources_pb2_grpc as pb_grpc
-
-    pods = socket.with_suffix(".json")
-    pods.write_text(json.dumps(assignments(ids, len(ids))))
-    server = grpc.server(ThreadPoolExecutor(max_workers=2))
-    pb_grpc.add_PodResourcesListerServicer_to_server(_Lister(pods), server)
-    server.add_insecure_port(f"unix://{socket}")
-    server.start()
-    return server
-
-
 async def _cycles(poller, clock) -> bytes:
     for _ in range(CYCLES):
         clock.advance(1.0)
@@ -63,6 +45,7 @@ async def _cycles(poller, clock) -> bytes:
 
 def capture_one(fleet: Path, release: str, kube: bool, tmp: Path) -> bytes:
     """The last of six expositions of ``fleet`` under ``release``, with or without -k."""
+    from benchmarks.kubelet import serve_devices
     from benchmarks.pods import device_ids_of
     from exporter import app, cli, sim
     from exporter.catalog.metricsfile import load
@@ -76,7 +59,7 @@ def capture_one(fleet: Path, release: str, kube: bool, tmp: Path) -> bytes:
         argv = ["--dcgm-exporter-version", release, "-c", "1000", "--collect-timeout", "600000"]
         if kube:
             socket = tmp / f"{fleet.stem}-{release}.sock"
-            server = _kubelet(socket, device_ids_of(driver))
+            server = serve_devices(socket, device_ids_of(driver))
             argv += ["-k", "--pod-resources-kubelet-socket", str(socket)]
         cfg = config_from(cli.build_parser().parse_args(argv), {"NODE_NAME": "node-a"})
         catalog = load(cfg.metrics_file, cfg.old_names)

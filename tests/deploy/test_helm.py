@@ -44,6 +44,7 @@ HELM_LABELS = {
 COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     "aks": {"aks": {"enabled": True}},
     "dra": {"dra": {"enabled": True}},
+    "extended-metrics": {"extendedMetrics": {"enabled": True}},
     "gke": {"gke": {"enabled": True}},
     "gpu-operator": {"gpuOperator": {"enabled": True}},
     "kube-prometheus-stack": {
