@@ -97,7 +97,7 @@ class Derive:
         """Write the counters to the state directory (at SIGTERM, and every SAVE_EVERY_S
         from cycle()); nothing before the first cycle or without a directory."""
         if self.state is not None and self._ident is not None:
-            self.state.save(self._ident, durable.dump(self.ledger, self.clock_totals))
+            self.state.save(self._ident, durable.dump(self.ledger, self.clock_totals, self.xids))
 
     def _restore(self, snap: Snapshot, driver: str) -> None:
         assert self.state is not None
@@ -106,7 +106,7 @@ class Derive:
         if state is None:
             return
         try:
-            n = durable.restore(state, self.ledger, self.clock_totals)
+            n = durable.restore(state, self.ledger, self.clock_totals, self.xids)
         except Unusable as e:
             log.warning(
                 "accounting state %s is unusable (%s); counters start from 0",

@@ -2,7 +2,8 @@
 
 The ledger's holders (their totals, and when they ended), each GPU's unallocated,
 unattributed, unknown and down totals with the time and energy counter its last
-interval was charged to, the holders dropped, and the clock-event totals. A restored
+interval was charged to, the holders dropped, the clock-event totals and the XID totals
+(DCGM_EXP_XID_ERRORS_TOTAL, by device identity, XID and the pod charged). A restored
 GPU's first interval, from that time to the new process's first cycle, is down time.
 Everything is checked before anything is taken back (statefile.py's rules): a file of
 the wrong shape changes nothing.
@@ -16,9 +17,11 @@ from typing import Any
 from exporter.derive.accounting.ledger import GpuTotals, HolderTotals, Ledger
 from exporter.derive.accounting.statefile import Unusable, items, number, text
 from exporter.derive.clocktotals import ClockEventTotals
+from exporter.derive.xids import Ident, XidCounter
+from exporter.frame import Holder, Owner
 
 
-def dump(ledger: Ledger, clocks: ClockEventTotals) -> dict[str, Any]:
+def dump(ledger: Ledger, clocks: ClockEventTotals, xids: XidCounter) -> dict[str, Any]:
     """The state to write (JSON-ready)."""
     holders = [
         [*h.key, _pairs(h.device_labels), h.allocated, h.busy, h.idle, h.energy, h.ended_at]
@@ -35,13 +38,16 @@ def dump(ledger: Ledger, clocks: ClockEventTotals) -> dict[str, Any]:
         "gpus": gpus,
         "dropped": [[r, n] for r, n in sorted(ledger.dropped.items())],
         "clock_events": [[u, r, n] for (u, r), n in sorted(clocks.counts().items())],
+        "xids": [[*at, xid, _holder_row(h), n] for at, xid, h, n in xids.rows()],
     }
 
 
-def restore(state: dict[str, Any], ledger: Ledger, clocks: ClockEventTotals) -> int:
-    """Take the counters of ``state`` back into ``ledger`` and ``clocks`` (both fresh);
-    the holders restored. Raises Unusable, changing nothing, when a part has the wrong
-    shape."""
+def restore(
+    state: dict[str, Any], ledger: Ledger, clocks: ClockEventTotals, xids: XidCounter
+) -> int:
+    """Take the counters of ``state`` back into ``ledger``, ``clocks`` and ``xids`` (all
+    fresh); the holders restored. Raises Unusable, changing nothing, when a part has the
+    wrong shape."""
     holders = [_holder(h, i) for i, h in enumerate(items(state.get("holders"), "holders"))]
     gpus = [_gpu(g, i) for i, g in enumerate(items(state.get("gpus"), "gpus"))]
     dropped = Counter(
@@ -58,13 +64,40 @@ def restore(state: dict[str, Any], ledger: Ledger, clocks: ClockEventTotals) -> 
             for r in _rows(state.get("clock_events"), "clock_events", 3)
         }
     )
+    xid_rows = [_xid(r, i) for i, r in enumerate(items(state.get("xids"), "xids"))]
     holders = holders[: ledger.max_holders]
     ledger.holders = {h.key: h for h in holders}
     ledger.gpus = {g.key: g for g, _ in gpus}
     ledger.resume({g.key: since for g, since in gpus if since is not None})
     ledger.dropped = dropped
     clocks.restore(counts)
+    xids.restore(xid_rows)
     return len(holders)
+
+
+def _holder_row(h: Holder | None) -> list[Any] | None:
+    if h is None:
+        return None
+    o = h.owner
+    pairs = [list(p) for p in h.labels]
+    return [o.namespace, o.pod, o.container, o.claim, o.claim_namespace, h.pod_uid, pairs, h.vgpu]
+
+
+def _xid(row: Any, i: int) -> tuple[Ident, int, Holder | None, int]:
+    where = f"xids[{i}]"
+    if not isinstance(row, list) or len(row) != 6:
+        raise Unusable(f"{where} is not a list of 6")
+    gi, ci = (None if v is None else int(number(v, where)) for v in row[1:3])
+    at: Ident = (text(row[0], where), gi, ci)
+    h = row[4]
+    holder = None
+    if h is not None:
+        if not isinstance(h, list) or len(h) != 8:
+            raise Unusable(f"{where} holder is not a list of 8")
+        names = [text(v, where) for v in (*h[:6], h[7])]
+        owner = Owner(*names[:5])
+        holder = Holder(owner, names[5], _labels(h[6], where), names[6])
+    return at, int(number(row[3], where)), holder, int(number(row[5], where))
 
 
 def _pairs(labels: tuple[tuple[str, str], ...]) -> list[list[str]]:

@@ -172,10 +172,37 @@ def test_a_directory_that_cannot_be_written_is_logged_once(tmp_path, boot, caplo
 def test_restore_takes_nothing_back_from_a_file_of_the_wrong_shape(tmp_path, boot) -> None:
     old = derive(tmp_path, boot)
     cycles(old, gpu(), 0, 30)
-    body = durable.dump(old.ledger, old.clock_totals)
+    body = durable.dump(old.ledger, old.clock_totals, old.xids)
     body["gpus"][0] = ["too short"]
     fresh = derive(tmp_path, boot)
     with pytest.raises(Unusable):
-        durable.restore(body, fresh.ledger, fresh.clock_totals)
+        durable.restore(body, fresh.ledger, fresh.clock_totals, fresh.xids)
     assert fresh.ledger.holders == {} and fresh.ledger.gpus == {}
     assert StateFile(str(tmp_path)).path.name == NAME
+
+
+def test_xid_totals_carry_on_with_the_pod_they_were_charged_to(tmp_path, boot) -> None:
+    """Two XID 79 on GPU 0 while ml/train held it, one XID 13 on GPU 1; the new process's
+    event thread counts from 0 again, and one more XID 79 comes: 3."""
+    from dataclasses import replace
+
+    from exporter.frame import Holder, Owner
+    from exporter.nvml.xid.events import XidState
+
+    g0, g1 = gpu(0), gpu(1)
+    train = Holder(Owner("ml", "train", "c"), "uid-1", (("label_team", "a"),))
+    old = derive(tmp_path, boot)
+    old._restore(snap(0, [g0, g1]), "580.95.05")
+    seen = replace(snap(0, [g0, g1]), xid=XidState(((g0.uuid, None, None, 79, 2),)))
+    old.xids.update(seen, {g0.key: train})
+    seen = replace(snap(1, [g0, g1]), xid=XidState(((g1.uuid, None, None, 13, 1),)))
+    old.xids.update(seen, {g0.key: train})
+    old.save()
+    new = derive(tmp_path, boot)
+    new._restore(snap(100, [g0, g1]), "580.95.05")
+    seen = replace(snap(100, [g0, g1]), xid=XidState(((g0.uuid, None, None, 79, 1),)))
+    got = new.xids.update(seen, {g0.key: train})
+    assert [(s.device.key, s.xid, s.holder, s.count) for s in got] == [
+        (g0.key, 79, train, 3),
+        (g1.key, 13, None, 1),
+    ]
