@@ -99,7 +99,7 @@ class Usage:
             reps = (podmap.replicas.get(key), advertised.get(key))
             last = self._kept.get(key)
             if procs is not None and trusted:
-                got = _use(key, podmap, procs, whose, reps[1])
+                got = _use(key, podmap, procs, whose, reps[1], _used(snap, key))
                 # read in turn (one holder, with the join): kept till the next turn; the
                 # others are read whenever it matters, and kept for a kubelet outage only
                 kept[key] = (holders, reps, got, whose is not None and len(holders) == 1)
@@ -128,9 +128,21 @@ def device_uses(
     """Claims and unaccounted use of every device of ``snap`` (:meth:`Usage.uses` without
     reuse)."""
     return {
-        d.key: _use(d.key, podmap, snap.processes.get(d.key), whose, advertised.get(d.key))
+        d.key: _use(
+            d.key,
+            podmap,
+            snap.processes.get(d.key),
+            whose,
+            advertised.get(d.key),
+            _used(snap, d.key),
+        )
         for d in snap.entities
     }
+
+
+def _used(snap: Snapshot, key: str) -> Value | None:
+    """The device's memory in use (MiB), None when not read."""
+    return snap.values.get(key, {}).get(FB_USED)
 
 
 def _use(
@@ -139,10 +151,17 @@ def _use(
     procs: tuple[ProcUse, ...] | None,
     whose: Whose | None,
     advertised: frozenset[str] | None = None,
+    used_mib: Value | None = None,
 ) -> DeviceUse:
     holders = podmap.owners.get(key, ())
     if not holders:
-        return DeviceUse((), _bytes(procs), len(procs)) if procs else NOBODY
+        if not procs:
+            return NOBODY
+        if used_mib is not None and any(p.used_mib is None for p in procs):
+            # NVML withholds per-process memory (MIG, an unprivileged reader): no pod
+            # holds the device, so all the memory in use on it is theirs
+            return DeviceUse((), float(used_mib) * MIB, len(procs))
+        return DeviceUse((), _bytes(procs), len(procs))
     return _held(holders, podmap.replicas.get(key, {}), procs, whose, advertised)
 
 

@@ -53,6 +53,26 @@ def test_every_process_on_a_device_no_one_holds_is_unaccounted() -> None:
     assert use.claims == () and use.unaccounted_processes == 0
 
 
+def test_on_a_mig_instance_no_one_holds_without_process_memory_all_its_use_counts() -> None:
+    """NVML withholds per-process memory on MIG from an unprivileged reader: a leftover on
+    an instance no pod holds is its memory in use, not 0 bytes."""
+    rows = (ProcUse(301, None, None),)
+    s = Snapshot(
+        0.0,
+        0.0,
+        entities=(dev("M"),),
+        values=MappingProxyType({"M": MappingProxyType({"DCGM_FI_DEV_FB_USED": 5000.0})}),
+        processes=MappingProxyType({"M": rows}),
+    )
+    use = device_uses(s, podmap({}), whose)["M"]
+    assert (use.unaccounted_bytes, use.unaccounted_processes) == (5000 * MIB, 1)
+    use = Usage().uses(s, podmap({}), whose)["M"]
+    assert use.unaccounted_bytes == 5000 * MIB
+    # memory in use not read: the processes are counted, their bytes are not known
+    use = device_uses(snap({"M": rows}, "M"), podmap({}), whose)["M"]
+    assert (use.unaccounted_bytes, use.unaccounted_processes) == (0, 1)
+
+
 def test_on_a_held_device_strays_are_the_processes_the_join_places_elsewhere() -> None:
     rows = tuple(
         ProcUse(pid, 1000.0, 10.0) for pid in (101, 301, 401, 501, 901)
