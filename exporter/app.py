@@ -157,6 +157,7 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    await _save_state(poller)
     # NVML and the kubelet/API-server clients close side by side, for at most CLOSE_S:
     # a part still closing then (a thread blocked in a driver call, an import or a
     # request) is left behind, never waited for; the process exits without it.
@@ -170,6 +171,19 @@ async def _collecting(app: web.Application) -> AsyncIterator[None]:
         part.cancel()
         log.warning("%s did not close in %g s; exiting anyway", closing[part], CLOSE_S)
     poller.close()
+
+
+async def _save_state(poller: Poller) -> None:
+    """Write the accounting state once more (with --accounting-state-dir), in the worker
+    thread after the cycle under way; at most CLOSE_S, then the exit goes on without it."""
+    if poller.derive.state is None:
+        return
+    try:
+        await asyncio.wait_for(
+            asyncio.wrap_future(poller.executor.submit(poller.derive.save)), CLOSE_S
+        )
+    except (TimeoutError, RuntimeError) as e:  # a hung cycle; an executor already shut
+        log.warning("accounting state not written at exit: %s", e or "timed out")
 
 
 async def _close_nvml(poller: Poller) -> None:

@@ -25,8 +25,9 @@ from exporter.snapshot import Snapshot
 class Claim:
     """One container's hold on one device (whole GPU or MIG instance) in a cycle.
 
-    ``share`` is its part of the device: 1 when it holds it alone; on a time-sliced or
-    MPS device its replicas over the replicas all holders hold. ``sm_percent`` is the SM
+    ``share`` is its part of the device (0..1): 1 when it holds it alone; on a
+    time-sliced or MPS device its replicas over the replicas advertised (else over
+    those all its holders hold: :class:`DeviceUse`'s ``basis``). ``sm_percent`` is the SM
     utilization of its processes (percent of the whole GPU; shared whole GPUs whose
     processes were joined to pods, else None). ``running`` says whether it had a process
     on the device (None: not known).
@@ -48,13 +49,18 @@ class DeviceUse:
     processes that belong to no running container holding the device (a dead pod's
     leftovers, a process outside Kubernetes; every process of a device no one holds).
     ``unattributed_sm_percent``: SM utilization of processes on a shared whole GPU that
-    could not be joined to one of its holders.
+    could not be joined to one of its holders. ``replicas``: on a device held in replicas
+    (time-slicing, MPS), how many the shares are over, with its ``basis``: "advertised"
+    (the kubelet's GetAllocatableResources) or "held" (the replicas its holders hold,
+    when the advertised ones are not known); 0 and "" on other devices.
     """
 
     claims: tuple[Claim, ...] = ()
     unaccounted_bytes: float = 0.0
     unaccounted_processes: int = 0
     unattributed_sm_percent: float = 0.0
+    replicas: int = 0
+    basis: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,12 +201,17 @@ class HolderAccount(NamedTuple):
 
 
 class GpuAccount(NamedTuple):
-    """One physical GPU's parts no holder has: GPU-seconds and joules."""
+    """One physical GPU's parts no holder has: GPU-seconds and joules. ``unknown``:
+    (reason, GPU-seconds, joules) of the time its holders were not known, by reason;
+    ``down``: the time the exporter was not running and the energy used meanwhile (with
+    a state directory; None without)."""
 
     key: str
     labels: tuple[tuple[str, str], ...]
     unallocated: float
     unattributed: float
+    unknown: tuple[tuple[str, float, float], ...] = ()
+    down: tuple[float, float] | None = None  # (GPU-seconds, joules) the exporter was down
 
 
 class Unaccounted(NamedTuple):
@@ -215,12 +226,15 @@ class Unaccounted(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Accounts:
     """GPU accounting's values after a cycle. ``unaccounted`` is None without pod
-    attribution; ``dropped``: (reason, holders dropped) for "limit" and "retention"."""
+    attribution; ``dropped``: (reason, holders dropped) for "limit" and "retention";
+    ``replicas``: (device, replicas its shares are over, basis) of each device held in
+    replicas (DeviceUse)."""
 
     holders: tuple[HolderAccount, ...] = ()
     gpus: tuple[GpuAccount, ...] = ()
     unaccounted: tuple[Unaccounted, ...] | None = None
     dropped: tuple[tuple[str, int], ...] = ()
+    replicas: tuple[tuple[Device, int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -292,15 +292,18 @@ class Poller:
         attr = self.attribution
         workloads = self._workloads if group else self.workloads(snap)
         uses = None
+        unknown = ""
         if attr is None:
             held = Held(workloads=workloads)
         else:
             held = Held(attr.holders(), tuple(attr.splits(snap)), attr.sharers(), workloads)
             uses = None if group else attr.usage(snap)
+            unknown = attr.unknown(snap.taken_at)
         if group:
             frame = self.derive.again(snap, held)
         else:
-            frame = self.derive.cycle(snap, self.catalog, held, uses)
+            driver = self.collector.session.driver_version
+            frame = self.derive.cycle(snap, self.catalog, held, uses, unknown, driver)
         series = self.builder.render(frame, self.catalog)
         if attr is not None:
             ok = not attr.mapper.status

@@ -1,14 +1,17 @@
-"""The GPU accounting flags: the idle threshold and the retention of ended holders."""
+"""The GPU accounting flags: the idle threshold, the retention of ended holders and the
+directory the counters are kept in across restarts."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from exporter.config.dcgmflags import Resolver
 from exporter.config.model import (
     DEFAULT_ACCOUNTING_RETENTION_MS,
     DEFAULT_IDLE_THRESHOLD_PERCENT,
+    ConfigError,
     parse_count,
 )
 
@@ -28,6 +31,12 @@ def add_flags(g: argparse._ArgumentGroup) -> None:
         "values (env GPU_EXPORTER_ACCOUNTING_RETENTION; default "
         f"{DEFAULT_ACCOUNTING_RETENTION_MS})",
     )
+    g.add_argument(
+        "--accounting-state-dir",
+        metavar="DIR",
+        help="GPU accounting: a directory on the node where the counters are kept across "
+        "restarts (env GPU_EXPORTER_ACCOUNTING_STATE_DIR; default: not kept)",
+    )
 
 
 def config(r: Resolver) -> dict[str, Any]:
@@ -46,4 +55,14 @@ def config(r: Resolver) -> dict[str, Any]:
     if value is not None:
         ms = parse_count(value, src, "a retention in milliseconds", 0, 86_400_000)
         out["accounting_retention_s"] = ms / 1000
+    value, src = r.value(
+        "accounting_state_dir", "--accounting-state-dir", "GPU_EXPORTER_ACCOUNTING_STATE_DIR"
+    )
+    if value:
+        path = str(value)
+        if "\0" in path or len(path) > 4096:
+            raise ConfigError(f"{src}: not a directory path: {path[:80]!r}")
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise ConfigError(f"{src}: {path} is not a directory")
+        out["accounting_state_dir"] = path
     return out

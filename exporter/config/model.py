@@ -126,6 +126,7 @@ class Config:
     kernel_log: str | None = None
     accounting_idle_below: float = DEFAULT_IDLE_THRESHOLD_PERCENT / 100  # activity 0..1
     accounting_retention_s: float = DEFAULT_ACCOUNTING_RETENTION_MS / 1000
+    accounting_state_dir: str = ""  # where the counters are kept across restarts; "": not kept
 
 
 def _int(value: str) -> int | None:

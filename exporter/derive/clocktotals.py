@@ -49,3 +49,12 @@ class ClockEventTotals:
             for g in snap.gpus
             if g.uuid in by_gpu
         }
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(GPU UUID, reason) -> count so far (for the state file)."""
+        return dict(self._counts)
+
+    def restore(self, counts: Counter[tuple[str, str]]) -> None:
+        """Start from the counts a process before this one kept (reasons it knows only);
+        the first sample of each GPU primes again."""
+        self._counts = Counter({k: n for k, n in counts.items() if k[1] in _ORDER})

@@ -11,17 +11,22 @@ exposition renders the Frame and keeps no state of its own but text.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from exporter.catalog.metricsfile import Catalog
 from exporter.derive import windows, xidcatalog
+from exporter.derive.accounting import durable
 from exporter.derive.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
+from exporter.derive.accounting.statefile import SAVE_EVERY_S, Identity, StateFile, Unusable
 from exporter.derive.clocktotals import ClockEventTotals
 from exporter.derive.health import HealthTracker
 from exporter.derive.xids import XidCounter
 from exporter.frame import Derived, DeviceUse, Frame, Held
 from exporter.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
 
 XID_WINDOW = "DCGM_EXP_XID_ERRORS_COUNT"
 CLOCK_WINDOW = "DCGM_EXP_CLOCK_EVENTS_COUNT"
@@ -50,6 +55,11 @@ class Derive:
         )
         self._names: tuple[Catalog | None, frozenset[str]] = (None, frozenset())
         self.last: Frame | None = None  # the last cycle's frame
+        state_dir = getattr(cfg, "accounting_state_dir", "")
+        self.state = StateFile(state_dir) if state_dir else None
+        self.ledger.durable = self.state is not None
+        self._ident: Identity | None = None  # what the state is written with; None: not yet
+        self._saved_at = float("-inf")
 
     def cycle(
         self,
@@ -57,20 +67,54 @@ class Derive:
         catalog: Catalog,
         held: Held = NOBODY,
         uses: Mapping[str, DeviceUse] | None = None,
+        unknown: str = "",
+        driver: str = "",
     ) -> Frame:
         """Advance every counter, window and the ledger with ``snap``: the cycle's frame.
 
         ``held``: who held the devices (the XID counts are charged to ``held.holders``);
         ``uses`` (with pod attribution): every device's holders for GPU accounting, None
-        where each device is its own holder. The DCGM_EXP_* data is derived for the
-        families ``catalog`` enables.
+        where each device is its own holder; ``unknown``: why those holders are too old
+        to be charged (the kubelet away), "" when they are current. The DCGM_EXP_* data is
+        derived for the families ``catalog`` enables. With a state directory, the first
+        cycle restores the counters a process before kept (``driver``: the driver version
+        they must have been counted under) and they are written every ``SAVE_EVERY_S``.
         """
+        if self.state is not None and self._ident is None:
+            self._restore(snap, driver)
         xids = tuple(self.xids.update(snap, held.holders))
         derived = self._derived(snap, self._enabled(catalog))
-        self.ledger.update(snap, uses)
+        self.ledger.update(snap, uses, unknown)
         accounts = self.ledger.accounts(uses, snap.entities)
         self.last = Frame(snap, held, xids, derived, accounts, xid_text(snap))
+        if self.state is not None and snap.taken_at - self._saved_at >= SAVE_EVERY_S:
+            self._ident = self.state.identity(driver, [g.uuid for g in snap.gpus])
+            self.save()
+            self._saved_at = snap.taken_at
         return self.last
+
+    def save(self) -> None:
+        """Write the counters to the state directory (at SIGTERM, and every SAVE_EVERY_S
+        from cycle()); nothing before the first cycle or without a directory."""
+        if self.state is not None and self._ident is not None:
+            self.state.save(self._ident, durable.dump(self.ledger, self.clock_totals, self.xids))
+
+    def _restore(self, snap: Snapshot, driver: str) -> None:
+        assert self.state is not None
+        self._ident = self.state.identity(driver, [g.uuid for g in snap.gpus])
+        state = self.state.load(self._ident)
+        if state is None:
+            return
+        try:
+            n = durable.restore(state, self.ledger, self.clock_totals, self.xids)
+        except Unusable as e:
+            log.warning(
+                "accounting state %s is unusable (%s); counters start from 0",
+                self.state.path,
+                str(e)[:200],
+            )
+            return
+        log.info("accounting state restored from %s: %d holders", self.state.path, n)
 
     def again(self, snap: Snapshot, held: Held = NOBODY) -> Frame:
         """The frame of a cycle's snapshot with newer values of some fields (a collection

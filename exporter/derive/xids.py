@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 
-from exporter.frame import XidSeries
+from exporter.frame import Holder, XidSeries
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
@@ -41,6 +41,9 @@ class XidCounter:
         self._holders: dict[tuple[Ident, Hashable | None], Hashable | None] = {}
         self._where: dict[Ident, Device] = {}  # present devices, and last seen of counted ones
         self._gone: dict[Ident, int] = {}  # uncounted devices gone: updates since last seen
+        # counts a process before this one kept (the state file), taken at the next update
+        # for the devices present then
+        self._restored: list[tuple[Ident, int, Holder | None, int]] = []
 
     def update(
         self, snap: Snapshot, holders: Mapping[str, Hashable] | None = None
@@ -51,6 +54,8 @@ class XidCounter:
         for d in snap.gpus + snap.down + snap.entities:
             present[ident(d)] = d
         self._where.update(present)
+        if self._restored:
+            self._take_restored(present)
         by_gi: dict[tuple[str, int | None], Ident] = {
             (i[0], i[1]): i for i in self._where if i[1] is not None
         }
@@ -77,6 +82,29 @@ class XidCounter:
         ]
         out.sort(key=lambda s: (s.device.key, s.xid))
         return out
+
+    def rows(self) -> list[tuple[Ident, int, Holder | None, int]]:
+        """(device identity, XID, holder charged, count) of every series (the state file
+        keeps them; holders that are not pod Holders are left out)."""
+        out = []
+        for (at, xid, owner), n in self._acc.items():
+            h = self._holders.get((at, owner))
+            if owner is None or isinstance(h, Holder):
+                out.append((at, xid, h if isinstance(h, Holder) else None, n))
+        return out
+
+    def restore(self, rows: list[tuple[Ident, int, Holder | None, int]]) -> None:
+        """Start from the counts of ``rows`` (:meth:`rows` of a process before), for the
+        devices present at the next update."""
+        self._restored = list(rows)
+
+    def _take_restored(self, present: Mapping[Ident, Device]) -> None:
+        for at, xid, h, n in self._restored:
+            if at in present:
+                owner = None if h is None else h.owner
+                self._acc[(at, xid, owner)] = self._acc.get((at, xid, owner), 0) + n
+                self._holders[(at, owner)] = h
+        self._restored = []
 
     def _forget_gone(self, present: Mapping[Ident, Device]) -> None:
         """Keep present devices and counted ones; others for GONE_KEEP updates after."""

@@ -27,6 +27,11 @@ UNATTRIBUTED = "gpu_exporter_unattributed_energy_joules_total"
 UNACCOUNTED_BYTES = "gpu_exporter_unaccounted_memory_bytes"
 UNACCOUNTED_PROCS = "gpu_exporter_unaccounted_processes"
 DROPPED = "gpu_exporter_accounting_holders_dropped_total"
+REPLICAS = "gpu_exporter_accounting_share_replicas"
+UNKNOWN = "gpu_exporter_attribution_unknown_gpu_seconds_total"
+DOWN = "gpu_exporter_down_gpu_seconds_total"
+DOWN_ENERGY = "gpu_exporter_down_energy_joules_total"
+UNKNOWN_ENERGY = "gpu_exporter_attribution_unknown_energy_joules_total"
 HELP = {
     ALLOCATED: "GPU-seconds held: a whole GPU counts 1 a second, a MIG instance its compute "
     "slices over the GPU's, a share of a time-sliced or MPS GPU its part.",
@@ -38,11 +43,20 @@ HELP = {
     UNALLOCATED: "GPU-seconds of the GPU that no one held.",
     UNATTRIBUTED: "Energy of the GPU (J) no holder was charged: idle power of unallocated "
     "parts, shares of processes that belong to no holder.",
+    UNKNOWN: "GPU-seconds of the GPU whose holders were not known (the kubelet not "
+    "answering for longer than the exporter charges its last answer), by reason.",
+    UNKNOWN_ENERGY: "Energy of the GPU (J) while its holders were not known, by reason.",
+    DOWN: "GPU-seconds of the GPU while the exporter was not running (counted at a "
+    "restart with --accounting-state-dir).",
+    DOWN_ENERGY: "Energy of the GPU (J) while the exporter was not running.",
     UNACCOUNTED_BYTES: "GPU memory of processes that belong to no running container holding "
     "the device (a dead pod's leftovers, processes outside Kubernetes).",
     UNACCOUNTED_PROCS: "Processes that belong to no running container holding the device.",
     DROPPED: "Accounting holders whose series were dropped: their retention ended, or "
     "the bound on holders was reached.",
+    REPLICAS: "Replicas a time-sliced or MPS device's shares are over: those advertised "
+    '(basis="advertised", GetAllocatableResources), else those its holders hold '
+    '(basis="held").',
 }
 COUNTERS = (ALLOCATED, BUSY, IDLE, ENERGY)
 LEFT_OUT = frozenset({"pci_bus_id", "device"})  # and label fields (DCGM_FI_*)
@@ -120,11 +134,22 @@ class AccountText:
             u, w = self._gpu(gpu, last_gpus)
             lines[UNALLOCATED].append(f"{u}{gpu.unallocated:.3f}\n")
             lines[UNATTRIBUTED].append(f"{w}{gpu.unattributed:.3f}\n")
+            if gpu.down is not None:
+                joined = text.join(identity(gpu.labels))
+                lines[DOWN].append(f"{DOWN}{{{joined}}} {gpu.down[0]:.3f}\n")
+                lines[DOWN_ENERGY].append(f"{DOWN_ENERGY}{{{joined}}} {gpu.down[1]:.3f}\n")
+            for reason, seconds, joules in gpu.unknown:
+                pairs = text.join([*identity(gpu.labels), ("reason", reason)])
+                lines[UNKNOWN].append(f"{UNKNOWN}{{{pairs}}} {seconds:.3f}\n")
+                lines[UNKNOWN_ENERGY].append(f"{UNKNOWN_ENERGY}{{{pairs}}} {joules:.3f}\n")
         for un in accounts.unaccounted or ():
             held = ("allocated", "true" if un.allocated else "false")
             labels = text.join([*identity(un.device.labels), held])
             lines[UNACCOUNTED_BYTES].append(f"{UNACCOUNTED_BYTES}{{{labels}}} {round(un.bytes)}\n")
             lines[UNACCOUNTED_PROCS].append(f"{UNACCOUNTED_PROCS}{{{labels}}} {un.processes}\n")
+        for dev, n, basis in accounts.replicas:
+            labels = text.join([*identity(dev.labels), ("basis", basis)])
+            lines[REPLICAS].append(f"{REPLICAS}{{{labels}}} {n}\n")
         for reason, n in accounts.dropped:
             lines[DROPPED].append(f'{DROPPED}{{reason="{reason}"}} {n}\n')
         out = []

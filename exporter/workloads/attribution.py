@@ -23,6 +23,7 @@ from exporter.config.model import KubeConfig
 from exporter.frame import DeviceUse, Holder, KubeStatus, Owner, Split
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
+from exporter.workloads.advertised import AdvertisedReplicas
 from exporter.workloads.cgroups import ContainerRef, container_of
 from exporter.workloads.kubelet.podresources import PodResourcesClient
 from exporter.workloads.limits import Drops
@@ -32,6 +33,10 @@ from exporter.workloads.usage import Usage, wants_processes
 
 log = logging.getLogger(__name__)
 
+STALE_S = 10.0
+"""Seconds (of the collector's clock) the last good kubelet answer is charged for while
+the kubelet does not answer; after that, accounting charges attribution unknown."""
+
 
 class Attribution:
     """Owns the kubelet client, the mapper and (lazily) the API-server pod watcher."""
@@ -40,6 +45,7 @@ class Attribution:
         self.cfg = cfg
         self.client = PodResourcesClient(cfg.socket, cfg.timeout_s)
         self.mapper = Mapper(self.client, cfg.resource_names, self._slice_device)
+        self.advertised = AdvertisedReplicas(self.client, self.mapper.wanted)
         self.watcher = watcher
         self._watcher_failed = ""
         self._holders: Mapping[str, Holder] = MappingProxyType({})
@@ -50,6 +56,7 @@ class Attribution:
         self.duration = 0.0
         self._usage = Usage()
         self._turn = 0  # cycles asked which process lists to read
+        self._good_at: float | None = None  # collector time of the last current map
         self._warn = RateLimitedLog(log)
         if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
             self._start_watcher()
@@ -87,6 +94,7 @@ class Attribution:
         except Exception as e:  # the cycle's GPU series are published all the same
             self.mapper.failures += 1
             self.mapper.status = f"kube mapping failed: {type(e).__name__}"
+            self.mapper.reason = "mapping_failed"
             self._warn.warning("%s: %s; keeping the last pod labels", self.mapper.status, e)
         self.duration = loop.time() - t0
 
@@ -100,7 +108,17 @@ class Attribution:
             )
         except TimeoutError:
             self.mapper.status = "kubelet did not answer in time"
+            self.mapper.reason = "kubelet_timeout"
         pm = self.mapper.map
+        now = asyncio.get_running_loop().time()
+        if not self.mapper.status and self.advertised.due(pm.replicas, now):
+            try:
+                await asyncio.wait_for(
+                    self.advertised.refresh(snap.gpus, instances, now),
+                    self.cfg.timeout_s + 1,
+                )
+            except TimeoutError:
+                self.advertised.status = "kubelet GetAllocatableResources did not answer in time"
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
         if pm is self._built_from and self.watcher is None:
@@ -112,6 +130,16 @@ class Attribution:
         if sharers != self._sharers:
             self._sharers = sharers
         self._built_from = pm
+
+    def unknown(self, now: float) -> str:
+        """Why who holds what is not known at ``now`` (the collector's unix seconds): the
+        kubelet has not answered for more than ``STALE_S`` (from the first call on);
+        "" while its map is current enough to charge."""
+        if self._good_at is None or not self.mapper.status:
+            self._good_at = now
+        if not self.mapper.status or now - self._good_at <= STALE_S:
+            return ""
+        return self.mapper.reason or "kubelet_unavailable"
 
     @property
     def joinable(self) -> bool:
@@ -128,7 +156,9 @@ class Attribution:
         """Holders and unaccounted processes of every device of ``snap``, for accounting
         (none unaccounted while the kubelet's answer is not current)."""
         whose = self._whose if self.joinable else None
-        return self._usage.uses(snap, self.mapper.map, whose, not self.mapper.status)
+        return self._usage.uses(
+            snap, self.mapper.map, whose, not self.mapper.status, self.advertised.replicas
+        )
 
     def holders(self) -> Mapping[str, Holder]:
         """The container holding each device that exactly one container holds."""

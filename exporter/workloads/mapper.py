@@ -88,6 +88,7 @@ class Mapper:
         self.slice_device = slice_device
         self.map = PodMap()
         self.status = "kubelet not asked yet"
+        self.reason = "kubelet_not_asked"  # why the map is not current, in a label's words
         self.unmatched: Counter[str] = Counter()  # resource name -> device IDs matching no device
         self.drops = Drops()
         self.failures = 0  # refreshes whose answer could not be mapped
@@ -141,6 +142,7 @@ class Mapper:
             self._cache = None
             self.failures += 1
             self.status = f"kubelet List answer could not be mapped: {type(e).__name__}"
+            self.reason = "kubelet_answer_unmapped"
             self._warn.warning("%s: %s; keeping the last pod map", self.status, str(e)[:200])
             return
         self._count(tally)
@@ -153,7 +155,7 @@ class Mapper:
                 if self.refreshes > 1
                 else "kubelet pod-resources connected"
             )
-        self.status = ""
+        self.status = self.reason = ""
         self.map = pm
 
     def _map_for(
@@ -214,6 +216,13 @@ class Mapper:
                 "%s; keeping the last pod map%s", why, " and backing off" if delay else ""
             )
         self.status = why
+        self.reason = (
+            "kubelet_socket_missing"
+            if e.missing
+            else "kubelet_throttled"
+            if e.throttled
+            else "kubelet_unavailable"
+        )
         if e.missing and now - self._last_ok > GRACE_S:
             self._cache = None
             self.map = PodMap()  # no kubelet for a while: nothing vouches for old labels

@@ -21,6 +21,7 @@ from exporter.frame import Claim, DeviceUse, Owner
 from exporter.nvml.fields import MIB
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot, Value
+from exporter.workloads.advertised import Advertised
 from exporter.workloads.mapper import PodMap
 
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB; whether a device no one holds has memory in use
@@ -60,6 +61,7 @@ def wants_processes(
 
 
 NOBODY = DeviceUse()
+_NO_ADS: Advertised = {}
 
 
 class Usage:
@@ -68,58 +70,119 @@ class Usage:
     it): the one of its last read, with the join, else the one without processes."""
 
     def __init__(self) -> None:
-        # device key -> (its holders, their replica IDs, its use) as last built
-        self._kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
+        # device key -> (its holders, (replica IDs held, advertised), its use, whether a
+        # trusted cycle may reuse it) as last built
+        self._kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse, bool]] = {}
+        self._trusted = True  # whether the last cycle's map was current
 
     def uses(
-        self, snap: Snapshot, podmap: PodMap, whose: Whose | None, trusted: bool = True
+        self,
+        snap: Snapshot,
+        podmap: PodMap,
+        whose: Whose | None,
+        trusted: bool = True,
+        advertised: Advertised = _NO_ADS,
     ) -> dict[str, DeviceUse]:
         """Claims and unaccounted use of every device of ``snap``. ``whose`` joins a host
-        PID to its container; None when processes cannot be joined (no API server). While
-        the map is not ``trusted`` (wants_processes), nothing is unaccounted."""
+        PID to its container; None when processes cannot be joined (no API server).
+        ``advertised``: the replica IDs advertised per device (workloads/advertised.py).
+        While the map is not ``trusted`` (wants_processes), a device keeps what its last
+        use found (its unaccounted processes included), and nothing new is unaccounted."""
         if not trusted:
             whose = None
         out = {}
-        kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse]] = {}
+        kept: dict[str, tuple[tuple[Owner, ...], Any, DeviceUse, bool]] = {}
         for dev in snap.entities:
             key = dev.key
             procs = snap.processes.get(key)
             holders = podmap.owners.get(key, ())
-            reps = podmap.replicas.get(key)
+            reps = (podmap.replicas.get(key), advertised.get(key))
             last = self._kept.get(key)
-            if procs is not None and (trusted or holders):
-                got = _use(key, podmap, procs, whose)
-                if whose is not None and len(holders) == 1:  # read in turn: kept till next
-                    kept[key] = (holders, reps, got)
+            if procs is not None and trusted:
+                got = _use(key, podmap, procs, whose, reps[1], _used(snap, key))
+                # read in turn (one holder, with the join): kept till the next turn; the
+                # others are read whenever it matters, and kept for a kubelet outage only
+                kept[key] = (holders, reps, got, whose is not None and len(holders) == 1)
             elif (
                 last is not None
                 and last[0] == holders
                 and last[1] == reps
-                and (trusted or not last[2].unaccounted_processes)
+                # the reads of a cycle are chosen before its kubelet answer: the first
+                # cycle after an outage has not read what the outage did not read
+                and (last[3] or not trusted or not self._trusted)
             ):
                 got = last[2]
                 kept[key] = last
             else:
-                got = _use(key, podmap, None, whose)
-                kept[key] = (holders, reps, got)
+                got = _use(key, podmap, procs if holders else None, whose, reps[1])
+                kept[key] = (holders, reps, got, True)
             out[key] = got
         self._kept = kept
+        self._trusted = trusted
         return out
 
 
-def device_uses(snap: Snapshot, podmap: PodMap, whose: Whose | None) -> dict[str, DeviceUse]:
+def device_uses(
+    snap: Snapshot, podmap: PodMap, whose: Whose | None, advertised: Advertised = _NO_ADS
+) -> dict[str, DeviceUse]:
     """Claims and unaccounted use of every device of ``snap`` (:meth:`Usage.uses` without
     reuse)."""
-    return {d.key: _use(d.key, podmap, snap.processes.get(d.key), whose) for d in snap.entities}
+    return {
+        d.key: _use(
+            d.key,
+            podmap,
+            snap.processes.get(d.key),
+            whose,
+            advertised.get(d.key),
+            _used(snap, d.key),
+        )
+        for d in snap.entities
+    }
+
+
+def _used(snap: Snapshot, key: str) -> Value | None:
+    """The device's memory in use (MiB), None when not read."""
+    return snap.values.get(key, {}).get(FB_USED)
 
 
 def _use(
-    key: str, podmap: PodMap, procs: tuple[ProcUse, ...] | None, whose: Whose | None
+    key: str,
+    podmap: PodMap,
+    procs: tuple[ProcUse, ...] | None,
+    whose: Whose | None,
+    advertised: frozenset[str] | None = None,
+    used_mib: Value | None = None,
 ) -> DeviceUse:
     holders = podmap.owners.get(key, ())
     if not holders:
-        return DeviceUse((), _bytes(procs), len(procs)) if procs else NOBODY
-    return _held(holders, podmap.replicas.get(key, {}), procs, whose)
+        if not procs:
+            return NOBODY
+        if used_mib is not None and any(p.used_mib is None for p in procs):
+            # NVML withholds per-process memory (MIG, an unprivileged reader): no pod
+            # holds the device, so all the memory in use on it is theirs
+            return DeviceUse((), float(used_mib) * MIB, len(procs))
+        return DeviceUse((), _bytes(procs), len(procs))
+    return _held(holders, podmap.replicas.get(key, {}), procs, whose, advertised)
+
+
+def shares(
+    holders: tuple[Owner, ...],
+    reps: Mapping[Owner, tuple[str, ...]],
+    advertised: frozenset[str] | None,
+) -> tuple[list[float], int, str]:
+    """Each holder's part of a device (0..1), the replicas they are over and the basis:
+    replicas held over those advertised when every replica held is among them, else over
+    the replicas all holders hold ("held"); (1 each, 0, "") on a device held without
+    replicas."""
+    held = [len(reps.get(o, ())) or 1 for o in holders]
+    named = {r for o in holders for r in reps.get(o, ())}
+    if not named:
+        total = sum(held)
+        return [h / total for h in held], 0, ""
+    if advertised and named <= advertised:
+        return [h / len(advertised) for h in held], len(advertised), "advertised"
+    total = sum(held)
+    return [h / total for h in held], total, "held"
 
 
 def _bytes(rows: tuple[ProcUse, ...] | list[ProcUse]) -> float:
@@ -131,18 +194,21 @@ def _held(
     reps: Mapping[Owner, tuple[str, ...]],
     procs: tuple[ProcUse, ...] | None,
     whose: Whose | None,
+    advertised: frozenset[str] | None = None,
 ) -> DeviceUse:
     """A held device: each holder's share and, where processes were joined, its SM
     utilization and whether it ran anything; the processes of no holder."""
-    shares = [float(len(reps.get(o, ())) or 1) for o in holders]
+    parts, replicas, basis = shares(holders, reps, advertised)
     if procs is None or whose is None:
         running = None if procs is None else bool(procs)
         sole = len(holders) == 1
         return DeviceUse(
             tuple(
                 Claim(o.namespace, o.pod, o.container, s, running=running if sole else None)
-                for o, s in zip(holders, shares, strict=True)
-            )
+                for o, s in zip(holders, parts, strict=True)
+            ),
+            replicas=replicas,
+            basis=basis,
         )
     sm = dict.fromkeys(holders, 0.0)
     count = dict.fromkeys(holders, 0)
@@ -172,6 +238,8 @@ def _held(
             sm[o] if (joined and shared) else None,
             count[o] > 0 if joined else None,
         )
-        for o, s in zip(holders, shares, strict=True)
+        for o, s in zip(holders, parts, strict=True)
     )
-    return DeviceUse(claims, _bytes(strays), len(strays), stray_sm if shared else 0.0)
+    return DeviceUse(
+        claims, _bytes(strays), len(strays), stray_sm if shared else 0.0, replicas, basis
+    )

@@ -243,6 +243,15 @@ def test_accounting_flags_and_their_variables():
     assert (c.accounting_idle_below, c.accounting_retention_s) == (0.01, 120.0)
 
 
+def test_the_accounting_state_dir(tmp_path):
+    assert cfg([]).accounting_state_dir == ""
+    c = cfg([], {"GPU_EXPORTER_ACCOUNTING_STATE_DIR": str(tmp_path / "state")})
+    assert c.accounting_state_dir == str(tmp_path / "state")  # made at the first write
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=re.escape(f"{tmp_path / 'file'} is not a directory")):
+        cfg(["--accounting-state-dir", str(tmp_path / "file")])
+
+
 @pytest.mark.parametrize(
     ("argv", "named"),
     [

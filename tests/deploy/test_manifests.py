@@ -29,6 +29,7 @@ OPENSHIFT_GROUP = "security.openshift.io"
 # hostPath volumes allowed, with the component that brings each in (None: the base).
 HOST_PATHS = {
     "/var/lib/kubelet/pod-resources": None,
+    "/var/lib/gpu-exporter": None,  # GPU accounting's state file, the one writable mount
     "/proc": "shared-gpus",
     "/home/kubernetes/bin/nvidia": "gke",
 }
@@ -175,7 +176,15 @@ def test_nothing_privileged(target):
         assert sc.get("readOnlyRootFilesystem") is True
         assert sc["capabilities"] == {"drop": ["ALL"]}
         for mount in c.get("volumeMounts", []):
-            assert mount.get("readOnly") is True, mount
+            writable = mount["name"] == "accounting-state"
+            assert mount.get("readOnly") is (None if writable else True), mount
+    state = [v for v in pod["volumes"] if v["name"] == "accounting-state"]
+    assert state == [
+        {
+            "name": "accounting-state",
+            "hostPath": {"path": "/var/lib/gpu-exporter", "type": "DirectoryOrCreate"},
+        }
+    ]
     for vol in pod["volumes"]:
         if "hostPath" in vol:
             path = vol["hostPath"]["path"]

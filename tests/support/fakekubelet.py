@@ -80,7 +80,8 @@ class FakeKubelet:
     """Serves List/Get/GetAllocatableResources; its behaviour can be changed while it runs.
 
     ``mode``: "ok", "slow" (answers after ``delay`` s), "exhausted" (RESOURCE_EXHAUSTED),
-    "malformed" (bytes that are not a ListPodResourcesResponse). ``raw``: when not empty,
+    "malformed" (bytes that are not a ListPodResourcesResponse); "unimplemented" answers
+    GetAllocatableResources UNIMPLEMENTED (a kubelet before 1.23). ``raw``: when not empty,
     List answers these bytes as they are, each in turn (answers no encoder would make).
     """
 
@@ -91,6 +92,8 @@ class FakeKubelet:
         self.delay = 0.0
         self.calls = 0
         self.raw: list[bytes] = []
+        # GetAllocatableResources' answer; None: the devices the pods hold
+        self.allocatable: pb.AllocatableResourcesResponse | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -144,6 +147,10 @@ class FakeKubelet:
         await context.abort(grpc.StatusCode.NOT_FOUND, "no such pod")
 
     async def _allocatable(self, request: Any, context: Any) -> Any:
+        if self.mode == "unimplemented":
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method")
+        if self.allocatable is not None:
+            return await self._answer(context, self.allocatable)
         resp = pb.AllocatableResourcesResponse()
         for p in self.pods.pod_resources:
             for c in p.containers:

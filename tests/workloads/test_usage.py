@@ -53,6 +53,26 @@ def test_every_process_on_a_device_no_one_holds_is_unaccounted() -> None:
     assert use.claims == () and use.unaccounted_processes == 0
 
 
+def test_on_a_mig_instance_no_one_holds_without_process_memory_all_its_use_counts() -> None:
+    """NVML withholds per-process memory on MIG from an unprivileged reader: a leftover on
+    an instance no pod holds is its memory in use, not 0 bytes."""
+    rows = (ProcUse(301, None, None),)
+    s = Snapshot(
+        0.0,
+        0.0,
+        entities=(dev("M"),),
+        values=MappingProxyType({"M": MappingProxyType({"DCGM_FI_DEV_FB_USED": 5000.0})}),
+        processes=MappingProxyType({"M": rows}),
+    )
+    use = device_uses(s, podmap({}), whose)["M"]
+    assert (use.unaccounted_bytes, use.unaccounted_processes) == (5000 * MIB, 1)
+    use = Usage().uses(s, podmap({}), whose)["M"]
+    assert use.unaccounted_bytes == 5000 * MIB
+    # memory in use not read: the processes are counted, their bytes are not known
+    use = device_uses(snap({"M": rows}, "M"), podmap({}), whose)["M"]
+    assert (use.unaccounted_bytes, use.unaccounted_processes) == (0, 1)
+
+
 def test_on_a_held_device_strays_are_the_processes_the_join_places_elsewhere() -> None:
     rows = tuple(
         ProcUse(pid, 1000.0, 10.0) for pid in (101, 301, 401, 501, 901)
@@ -82,17 +102,39 @@ def test_a_shared_device_gets_each_holders_sm_and_replicas() -> None:
     pm = podmap({"G": (A, B)}, {"G": {A: ("0",), B: ("1", "2")}})
     use = device_uses(snap({"G": rows}, "G"), pm, whose)["G"]
     a, b = use.claims
-    assert (a.share, a.sm_percent, a.running) == (1.0, 35.0, True)
-    assert (b.share, b.sm_percent, b.running) == (2.0, 0.0, False)
+    assert (a.share, a.sm_percent, a.running) == (1 / 3, 35.0, True)
+    assert (b.share, b.sm_percent, b.running) == (2 / 3, 0.0, False)
     assert use.unattributed_sm_percent == 10.0 and use.unaccounted_processes == 1
+    assert (use.replicas, use.basis) == (3, "held")  # nothing advertised known
+
+
+def test_shares_are_replicas_held_over_replicas_advertised() -> None:
+    """A lone holder of one replica of four holds a quarter of the GPU; when the List
+    names a replica the advertised ones lack (an answer older than the plugin's new
+    config), the shares fall back to the replicas held, and say so."""
+    four = frozenset({"0", "1", "2", "3"})
+    pm = podmap({"G": (A,)}, {"G": {A: ("0",)}})
+    use = device_uses(snap({}, "G"), pm, None, {"G": four})["G"]
+    assert [c.share for c in use.claims] == [0.25]
+    assert (use.replicas, use.basis) == (4, "advertised")
+    pm = podmap({"G": (A, B)}, {"G": {A: ("0",), B: ("1", "2")}})
+    use = device_uses(snap({}, "G"), pm, None, {"G": four})["G"]
+    assert [c.share for c in use.claims] == [0.25, 0.5]
+    pm = podmap({"G": (A, B)}, {"G": {A: ("0",), B: ("7",)}})
+    use = device_uses(snap({}, "G"), pm, None, {"G": four})["G"]
+    assert [c.share for c in use.claims] == [0.5, 0.5]
+    assert (use.replicas, use.basis) == (2, "held")
+    # a whole GPU, with or without replicas advertised elsewhere: one holder, all of it
+    use = device_uses(snap({}, "G"), podmap({"G": (A,)}), None, {"H": four})["G"]
+    assert [c.share for c in use.claims] == [1.0] and (use.replicas, use.basis) == (0, "")
 
 
 def test_without_a_join_a_shared_device_has_shares_only() -> None:
     rows = (ProcUse(101, 100.0, 30.0),)
     use = device_uses(snap({"G": rows}, "G"), podmap({"G": (A, B)}), None)["G"]
     assert [(c.share, c.sm_percent, c.running) for c in use.claims] == [
-        (1.0, None, None),
-        (1.0, None, None),
+        (0.5, None, None),
+        (0.5, None, None),
     ]
     assert use.unaccounted_processes == 0
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from exporter.derive.accounting.plan import GpuPlan, Planner
 from exporter.frame import Accounts, DeviceUse, GpuAccount, HolderAccount, HolderKey, Unaccounted
@@ -74,6 +74,10 @@ class GpuTotals:
     unallocated: float = 0.0  # GPU-seconds
     unattributed: float = 0.0  # joules
     ended_at: float | None = None
+    # reason -> [GPU-seconds, joules] whose holders were not known (the kubelet away)
+    unknown: dict[str, list[float]] = field(default_factory=dict)
+    down: float = 0.0  # GPU-seconds the exporter was not running (restored state)
+    down_energy: float = 0.0  # joules the GPU used meanwhile
 
 
 class Ledger:
@@ -94,15 +98,25 @@ class Ledger:
         self.dropped: Counter[str] = Counter()  # reason ("retention", "limit") -> holders
         self._plans: dict[str, GpuPlan] = {}
         self._warn = RateLimitedLog(log)
+        self.durable = False  # whether the state is kept across restarts (the down family)
+        # GPU key -> (unix s, energy mJ) its counters were charged to by a process before
+        self._resume: dict[str, tuple[float, float | None]] = {}
 
-    def update(self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None) -> None:
-        """Charge the interval that ends with ``snap``; ``uses`` as plan.plans takes them."""
-        now = self.planner.plans(snap, uses)
+    def update(
+        self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None, unknown: str = ""
+    ) -> None:
+        """Charge the interval that ends with ``snap``; ``uses`` and ``unknown`` as
+        plan.plans takes them. While holders are not known, none of them ends."""
+        now = self.planner.plans(snap, uses, unknown)
         for gpu_key, plan in now.items():
             last = self._plans.get(gpu_key)
             if last is not None:
                 self._charge(last, plan)
+            elif gpu_key in self._resume:
+                self._down(gpu_key, plan)
         live = {share[0] for plan in now.values() for share in plan.shares}
+        if unknown and uses is not None:
+            live = set(self.holders)
         self._end(live, set(now), snap.taken_at)  # first: an ended holder can make room
         for plan in now.values():
             gpu = self.gpus.get(plan.key)
@@ -113,17 +127,25 @@ class Ledger:
                 self._holder(holder, labels)
         self._plans = now
 
-    def accounts(self, uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]) -> Accounts:
+    def accounts(self, uses: Mapping[str, DeviceUse] | None, devices: Sequence[Device]) -> Accounts:
         """The counters' values now, and the unaccounted processes of ``devices`` in ``uses``
         (None without pod attribution)."""
         return Accounts(
             tuple(acc.account() for acc in self.holders.values()),
             tuple(
-                GpuAccount(g.key, g.labels, g.unallocated, g.unattributed)
+                GpuAccount(
+                    g.key,
+                    g.labels,
+                    g.unallocated,
+                    g.unattributed,
+                    tuple((r, v[0], v[1]) for r, v in sorted(g.unknown.items())),
+                    (g.down, g.down_energy) if self.durable else None,
+                )
                 for g in self.gpus.values()
             ),
             unaccounted(uses, devices),
             tuple((reason, self.dropped[reason]) for reason in ("limit", "retention")),
+            replicas(uses, devices),
         )
 
     def _charge(self, last: GpuPlan, plan: GpuPlan) -> None:
@@ -150,6 +172,33 @@ class Ledger:
         gpu.unallocated += dt * max(last.unallocated, 0.0)
         if joules is not None:
             gpu.unattributed += joules * max(last.unattributed, 0.0)
+        if last.unknown > 0:
+            got = gpu.unknown.setdefault(last.reason, [0.0, 0.0])
+            got[0] += dt * last.unknown
+            got[1] += (joules or 0.0) * last.unknown
+
+    def charged_to(self, gpu_key: str) -> tuple[float | None, float | None]:
+        """(unix s, energy counter mJ) a GPU's counters are charged to; None not known."""
+        plan = self._plans.get(gpu_key)
+        if plan is not None:
+            return plan.taken_at, plan.energy_mj
+        return self._resume.get(gpu_key, (None, None))
+
+    def resume(self, since: dict[str, tuple[float, float | None]]) -> None:
+        """Charge each GPU's first interval from ``since`` (GPU key -> (unix s, energy mJ)
+        a process before charged it to) as down time."""
+        self._resume = dict(since)
+
+    def _down(self, gpu_key: str, plan: GpuPlan) -> None:
+        """Charge a GPU's first interval after a restart, from where the last process
+        charged it to ``plan``, as down time (and the energy its counter says it used)."""
+        since, energy_mj = self._resume.pop(gpu_key)
+        gpu = self.gpus.get(gpu_key)
+        if gpu is None or plan.taken_at <= since:
+            return
+        gpu.down += plan.taken_at - since
+        if energy_mj is not None and plan.energy_mj is not None and plan.energy_mj >= energy_mj:
+            gpu.down_energy += (plan.energy_mj - energy_mj) / 1000.0
 
     def _holder(self, key: HolderKey, labels: tuple[tuple[str, str], ...]) -> HolderTotals | None:
         acc = self.holders.get(key)
@@ -213,4 +262,18 @@ def unaccounted(
             out.append(
                 Unaccounted(dev, bool(use.claims), use.unaccounted_bytes, use.unaccounted_processes)
             )
+    return tuple(out)
+
+
+def replicas(
+    uses: Mapping[str, DeviceUse] | None, devices: Iterable[Device]
+) -> tuple[tuple[Device, int, str], ...]:
+    """(device, replicas its shares are over, basis) of the devices held in replicas."""
+    if uses is None:
+        return ()
+    out = []
+    for dev in devices:
+        use = uses.get(dev.key)
+        if use is not None and use.replicas:
+            out.append((dev, use.replicas, use.basis))
     return tuple(out)

@@ -58,6 +58,8 @@ class GpuPlan:
     shares: list[Share] = field(default_factory=list)
     unallocated: float = 1.0  # GPU-seconds per second nobody held
     unattributed: float = 1.0  # part of the energy no holder gets
+    unknown: float = 0.0  # GPU-seconds per second whose holders are not known, and energy
+    reason: str = ""  # why they are not known
 
 
 def activity(dev: Device, values: Mapping[str, float]) -> float | None:
@@ -95,12 +97,18 @@ class Planner:
         self._layout = (snap.gpus, snap.entities, layout)
         return layout
 
-    def plans(self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None) -> dict[str, GpuPlan]:
+    def plans(
+        self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None, unknown: str = ""
+    ) -> dict[str, GpuPlan]:
         """Plans of the GPUs of ``snap`` that answered, by GPU key.
 
         ``uses`` maps device keys to their holders (pod attribution); None without
-        Kubernetes, where every whole GPU and MIG instance is its own holder.
+        Kubernetes, where every whole GPU and MIG instance is its own holder. ``unknown``:
+        why who holds what is not known this cycle (the kubelet away): every device's
+        part then goes to the GPU's unknown part, with that reason, not to a holder.
         """
+        if unknown and uses is not None:
+            return self._unknown(snap, unknown)
         values = snap.values
         idle_below = self.idle_below
         kept = self._parts
@@ -133,32 +141,55 @@ class Planner:
         self._parts = parts
         return out
 
+    def _unknown(self, snap: Snapshot, reason: str) -> dict[str, GpuPlan]:
+        """Plans where no holder is known: each device's part of its GPU (a MIG
+        instance's slices, a whole GPU all of it) is unknown, time and energy alike."""
+        out = {}
+        for gpu, devices in self._gpus(snap):
+            plan = GpuPlan(
+                gpu.key, gpu.labels, snap.taken_at, snap.values.get(gpu.key, _NONE).get(ENERGY)
+            )
+            plan.reason = reason
+            for dev in devices:
+                part = _size(dev)
+                plan.unknown += part
+                plan.unallocated -= part
+                plan.unattributed -= part
+            out[gpu.key] = plan
+        return out
+
+
+def _size(dev: Device) -> float:
+    """A device's part of its GPU: 1 for a whole GPU, a MIG instance's slices over the
+    GPU's (0 when either is not known: it stays unallocated)."""
+    if dev.is_mig:
+        return dev.slices / dev.gpu_slices if dev.slices and dev.gpu_slices else 0.0
+    return 1.0
+
 
 def _parts(dev: Device, use: DeviceUse | None, own_holder: bool) -> tuple[_Part, ...]:
     """The holders' parts of ``dev``; ``own_holder``: without Kubernetes, the device
     holds itself."""
-    if dev.is_mig:
-        if not (dev.slices and dev.gpu_slices):
-            return ()  # its size is not known: it stays unallocated
-        part = dev.slices / dev.gpu_slices
-    else:
-        part = 1.0
+    part = _size(dev)
+    if not part:
+        return ()  # its size is not known: it stays unallocated
     if own_holder:
         return (_Part((dev.key, "", "", ""), part, part, None, None),)
     if use is None or not use.claims:
         return ()  # nobody holds it: its part stays unallocated and unattributed
     claims = use.claims
-    held = sum(c.share for c in claims)
+    held = min(sum(c.share for c in claims), 1.0)  # replicas nobody holds stay unallocated
     shared = len(claims) > 1
     measured = [c.sm_percent for c in claims if c.sm_percent is not None]
     sm_total = sum(measured) + use.unattributed_sm_percent if shared and measured else 0.0
     out = []
     for c in claims:
-        share = c.share / held
+        share = c.share
         own = None
-        if shared and c.sm_percent is not None:
+        if shared and c.sm_percent is not None and share > 0:
             own = min(1.0, c.sm_percent / 100.0 / share)  # how much of its share it used
-        energy = (c.sm_percent or 0.0) / sm_total if sm_total > 0 else share
+        # the held part of the energy, split by measured SM share where there is one
+        energy = held * (c.sm_percent or 0.0) / sm_total if sm_total > 0 else share
         out.append(
             _Part(
                 (dev.key, c.namespace, c.pod, c.container),

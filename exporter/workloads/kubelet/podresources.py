@@ -24,6 +24,7 @@ from exporter.workloads.limits import MAX_MESSAGE_BYTES
 
 MAX_MESSAGE = MAX_MESSAGE_BYTES
 LIST = "/v1.PodResourcesLister/List"
+ALLOCATABLE = "/v1.PodResourcesLister/GetAllocatableResources"
 EMPTY_REQUEST = b""  # ListPodResourcesRequest has no fields: its encoding is empty
 INVALID = "kubelet List answer is not a valid List response"
 MAX_DETAILS_CHARS = 200
@@ -66,6 +67,15 @@ class PodResourcesClient:
     async def list_bytes(self) -> bytes:
         """The kubelet's ``List`` answer, encoded as it came (at most ``MAX_MESSAGE``
         bytes); raises KubeletUnavailable."""
+        return await self._call(LIST, "List")
+
+    async def allocatable_bytes(self) -> bytes:
+        """The kubelet's ``GetAllocatableResources`` answer (every device the device plugins
+        advertise, held or not), encoded as it came; raises KubeletUnavailable (a kubelet
+        older than 1.23, or without the feature gate, answers UNIMPLEMENTED)."""
+        return await self._call(ALLOCATABLE, "GetAllocatableResources")
+
+    async def _call(self, method: str, name: str) -> bytes:
         if not os.path.exists(self.socket_path):
             await self.close()
             raise KubeletUnavailable(
@@ -75,25 +85,26 @@ class PodResourcesClient:
             )
         channel = self._connect()
         try:
-            return await channel.call(LIST, EMPTY_REQUEST, self.timeout_s)
+            return await channel.call(method, EMPTY_REQUEST, self.timeout_s)
         except AnswerTooLarge:
             raise KubeletUnavailable(
-                f"kubelet List answer is larger than {channel.max_message} bytes; ignoring it"
+                f"kubelet {name} answer is larger than {channel.max_message} bytes; ignoring it"
             ) from None
         except AnswerInvalid as e:
-            raise KubeletUnavailable(f"{INVALID} ({e})") from None
+            what = INVALID if method == LIST else f"kubelet {name} answer is not valid"
+            raise KubeletUnavailable(f"{what} ({e})") from None
         except CallError as e:
-            raise await self._unavailable(e) from None
+            raise await self._unavailable(e, name) from None
 
-    async def _unavailable(self, e: CallError) -> KubeletUnavailable:
+    async def _unavailable(self, e: CallError, name: str = "List") -> KubeletUnavailable:
         details = "".join(c if c.isprintable() else " " for c in e.details[:MAX_DETAILS_CHARS])
         if e.code == "RESOURCE_EXHAUSTED":
             return KubeletUnavailable(
-                "kubelet rate-limited List (RESOURCE_EXHAUSTED)", throttled=True
+                f"kubelet rate-limited {name} (RESOURCE_EXHAUSTED)", throttled=True
             )
         if e.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             await self.close()  # a restarted kubelet: dial again next time
-        return KubeletUnavailable(f"kubelet List failed: {e.code}: {details}")
+        return KubeletUnavailable(f"kubelet {name} failed: {e.code}: {details}")
 
 
 def parse(raw: bytes) -> tuple[Any, Counter[str]]:

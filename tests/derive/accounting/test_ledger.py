@@ -217,13 +217,13 @@ def test_without_kubernetes_each_device_holds_itself_and_mig_counts_slices() -> 
 
 
 def test_a_shared_gpu_splits_energy_by_sm_share_and_busy_by_each_ones_share() -> None:
-    """Two holders of one replica each; a's processes use 30% of the GPU's SMs, b's none,
-    a process no holder owns 10%."""
+    """Two holders of one replica each of two; a's processes use 30% of the GPU's SMs,
+    b's none, a process no holder owns 10%."""
     g = gpu()
     uses = {
         g.key: held(
-            Claim("ml", "a", "c", 1, sm_percent=30, running=True),
-            Claim("ml", "b", "c", 1, sm_percent=0, running=False),
+            Claim("ml", "a", "c", 0.5, sm_percent=30, running=True),
+            Claim("ml", "b", "c", 0.5, sm_percent=0, running=False),
             unattributed_sm_percent=10,
         )
     }
@@ -241,14 +241,19 @@ def test_a_shared_gpu_splits_energy_by_sm_share_and_busy_by_each_ones_share() ->
 
 
 def test_replicas_set_the_shares_of_a_time_sliced_gpu() -> None:
+    """Shares are parts of the device: one and three replicas of eight advertised leave
+    half of the GPU, and half of its energy, to no one."""
     g = gpu()
-    uses = {g.key: held(Claim("b", "one", "c", 1), Claim("b", "three", "c", 3))}
+    uses = {g.key: held(Claim("b", "one", "c", 1 / 8), Claim("b", "three", "c", 3 / 8))}
     ledger = Ledger()
-    ledger.update(snap(0, [g]), uses)
-    ledger.update(snap(100, [g]), uses)
+    ledger.update(snap(0, [g], values={g.key: {ENERGY: 0}}), uses)
+    ledger.update(snap(100, [g], values={g.key: {ENERGY: 80_000_000}}), uses)
     got = served(ledger)
-    assert got[("allocated_gpu_seconds_total", "one")] == 25
-    assert got[("allocated_gpu_seconds_total", "three")] == 75
+    assert got[("allocated_gpu_seconds_total", "one")] == 12.5
+    assert got[("allocated_gpu_seconds_total", "three")] == 37.5
+    assert got[("unallocated_gpu_seconds_total", "0/")] == 50
+    assert got[("energy_joules_total", "one")] == 10_000
+    assert got[("unattributed_energy_joules_total", "0/")] == 40_000
 
 
 def test_holder_series_carry_the_devices_identity_and_the_pod() -> None:

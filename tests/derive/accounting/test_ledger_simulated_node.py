@@ -25,15 +25,23 @@ import yaml
 from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
-from exporter.config.model import KubeConfig, default_metrics_file
+from exporter.config.model import Config, KubeConfig, default_metrics_file
 from exporter.poller import Poller
 from exporter.sim.fleet import FLEETS_DIR
+from exporter.workloads.attribution import STALE_S
+from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from tests.procs import ROOT, require
 from tests.support.exposition import Sample, samples
 from tests.support.fakekubelet import FakeKubelet, answer
 
 FLEET = FLEETS_DIR / "accounting.yaml"
 STEP = 2.0  # collection interval, sim seconds
+AWAY = (700.0, 730.0)  # the kubelet is away from ... to (sim s; cycles fall on both)
+# The last answer before it goes is at 698: the map is charged for STALE_S (10 s) more,
+# to the cycle at 708; from the cycle at 710 to its return at 730 holders are unknown.
+UNKNOWN_S = 20.0
+DOWN = (800.0, 810.0)  # the exporter restarts: its last cycle at 800, the new one's first at 810
+DOWN_S = DOWN[1] - DOWN[0]
 END = 900.0  # sim seconds of the run
 EPOCH = 1.8e9
 SCRAPE_EVERY = 15  # cycles between the samples given to promtool (30 s)
@@ -46,6 +54,11 @@ UNALLOCATED = "gpu_exporter_unallocated_gpu_seconds_total"
 UNATTRIBUTED = "gpu_exporter_unattributed_energy_joules_total"
 UNACCOUNTED = "gpu_exporter_unaccounted_memory_bytes"
 UNACCOUNTED_PROCS = "gpu_exporter_unaccounted_processes"
+UNKNOWN = "gpu_exporter_attribution_unknown_gpu_seconds_total"
+UNKNOWN_ENERGY = "gpu_exporter_attribution_unknown_energy_joules_total"
+DOWN_FAMILY = "gpu_exporter_down_gpu_seconds_total"
+DOWN_ENERGY = "gpu_exporter_down_energy_joules_total"
+REPLICAS = "gpu_exporter_accounting_share_replicas"
 
 
 @dataclass
@@ -81,49 +94,87 @@ class Run:
         return None
 
 
-async def _cycles(driver, clock, kubelet, collector, attribution, poller) -> Run:
+class Exporter:
+    """One exporter process's parts: the collector, attribution and poller (publish step),
+    keeping the accounting state in ``state_dir``."""
+
+    def __init__(self, clock, kubelet, state_dir: Path) -> None:
+        from exporter.workloads.attribution import Attribution
+
+        self.attribution = Attribution(KubeConfig("sim-acct-node", str(kubelet.socket_path)))
+        catalog = load(default_metrics_file())
+        self.collector = Collector(
+            catalog,
+            "sim-acct-node",
+            clock=lambda: EPOCH + clock(),
+            wants_processes=self.attribution.wants_processes,
+        )
+        cfg = Config(accounting_state_dir=str(state_dir))
+        self.poller = Poller(catalog, self.collector, STEP, 10.0, self.attribution, cfg)
+
+    async def cycle(self) -> list[Sample]:
+        snap = self.collector.collect()
+        await self.attribution.refresh(snap)
+        self.poller.publish(snap)
+        return samples(self.poller.builder.accounting_part.decode())
+
+    async def stop(self) -> None:
+        """What SIGTERM does: the state written once more, then everything closed."""
+        self.poller.derive.save()
+        await self.attribution.close()
+        self.collector.close()
+        self.poller.close()
+
+
+async def _cycles(driver, clock, kubelet, state_dir: Path) -> Run:
     run = Run()
+    exporter = Exporter(clock, kubelet, state_dir)
     while clock() <= END:
+        if clock() == AWAY[0]:
+            kubelet.stop()  # its socket goes with it
+        elif clock() == AWAY[1]:
+            kubelet.start()
         kubelet.pods = answer(driver.pods())
-        snap = collector.collect()
-        await attribution.refresh(snap)
-        poller.publish(snap)
-        run.cycles.append((clock(), samples(poller.builder.accounting_part.decode())))
+        run.cycles.append((clock(), await exporter.cycle()))
+        if clock() == DOWN[0]:  # restarted: a new process, DOWN_S later
+            await exporter.stop()
+            clock.advance(DOWN[1] - DOWN[0])
+            exporter = Exporter(clock, kubelet, state_dir)
+            continue
         clock.advance(STEP)
-    await attribution.close()
+    await exporter.stop()
     return run
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    from exporter.workloads.attribution import Attribution
-
     work = tmp_path_factory.mktemp("accounting")
     clock = sim.ManualClock()
     driver = sim.install(FLEET, clock=clock, latency=False)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(sim.uninstall)
         kubelet = FakeKubelet(work / "kubelet.sock", answer(driver.pods()))
+        kubelet.allocatable = advertised(driver)
         kubelet.start()
         cleanup.callback(kubelet.close)
-        attribution = Attribution(KubeConfig("sim-acct-node", str(kubelet.socket_path)))
-        catalog = load(default_metrics_file())
-        collector = Collector(
-            catalog,
-            "sim-acct-node",
-            clock=lambda: EPOCH + clock(),
-            wants_processes=attribution.wants_processes,
-        )
-        cleanup.callback(collector.close)
-        poller = Poller(catalog, collector, STEP, 10.0, attribution)
-        cleanup.callback(poller.close)
         start = clock()
-        result = asyncio.run(_cycles(driver, clock, kubelet, collector, attribution, poller))
+        result = asyncio.run(_cycles(driver, clock, kubelet, work / "state"))
         last = result.cycles[-1][0]
         result.energy_j = {
             g.index: (g.energy_mj(last) - g.energy_mj(start)) / 1000 for g in driver.gpus
         }
         yield result
+
+
+def advertised(driver) -> pb.AllocatableResourcesResponse:
+    """What the device plugin advertises: GPU 1 time-sliced into four replicas (its pods
+    hold at most three at once), the other GPUs and the MIG instances whole."""
+    ids = [g.uuid for g in driver.gpus if g.index != 1 and not g.migs]
+    ids += [m.uuid for g in driver.gpus for m in g.migs]
+    ids += [f"{driver.gpus[1].uuid}::{r}" for r in range(4)]
+    return pb.AllocatableResourcesResponse(
+        devices=[pb.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=ids)]
+    )
 
 
 def _close(got: float, want: float, rel: float = 0.01) -> bool:
@@ -136,15 +187,65 @@ def test_allocated_plus_unallocated_is_elapsed_time_per_gpu(run: Run) -> None:
     for gpu in range(6):
         held = run.total(ALLOCATED, gpu=str(gpu))
         free = run.total(UNALLOCATED, gpu=str(gpu))
-        assert _close(held + free, elapsed), (gpu, held, free, elapsed)
-    # GPU 4 is never held; GPU 0 always is
-    assert run.total(ALLOCATED, gpu="4") == 0 and _close(run.total(UNALLOCATED, gpu="4"), END)
-    assert _close(run.total(ALLOCATED, gpu="0", pod="train"), END)
+        unknown = run.total(UNKNOWN, gpu=str(gpu))
+        down = run.total(DOWN_FAMILY, gpu=str(gpu))
+        assert down == pytest.approx(DOWN_S, abs=1e-3), gpu
+        assert _close(held + free + unknown + down, elapsed), (gpu, held, free, unknown, elapsed)
+    # GPU 4 is never held; GPU 0 always is (but while the kubelet or the exporter was away)
+    assert run.total(ALLOCATED, gpu="4") == 0
+    assert _close(run.total(UNALLOCATED, gpu="4"), END - UNKNOWN_S - DOWN_S)
+    assert _close(run.total(ALLOCATED, gpu="0", pod="train"), END - UNKNOWN_S - DOWN_S)
+
+
+def test_counters_carry_on_across_a_restart(run: Run) -> None:
+    """The new process restores what the old one wrote at SIGTERM: no series goes down,
+    and the 10 s it was not running are down time, not lost, nor anyone's."""
+    last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for t, got in run.cycles:
+        for s in got:
+            if s.name.endswith("_total"):
+                key = (s.name, tuple(sorted(s.labels.items())))
+                assert s.value >= last.get(key, 0.0), (t, key)
+                last[key] = s.value
+    restarted = next(got for t, got in run.cycles if t == DOWN[1])
+    train = [s for s in restarted if s.name == ALLOCATED and s.labels.get("pod") == "train"]
+    assert train and _close(train[0].value, DOWN[0] - UNKNOWN_S)
+
+
+def test_while_the_kubelet_is_away_time_and_energy_go_to_attribution_unknown(run: Run) -> None:
+    """Every device's part of its GPU, held or not, for the time past the staleness bound:
+    a MIG GPU's instances (3 x 1g + 3g = 6/7), whole GPUs all of it."""
+    assert STALE_S == 10.0
+    for gpu in range(6):
+        part = 6 / 7 if gpu == 3 else 1.0
+        got = run.final(UNKNOWN)
+        (key,) = [k for k in got if dict(k)["gpu"] == str(gpu)]
+        assert dict(key)["reason"] == "kubelet_socket_missing"
+        assert got[key] == pytest.approx(UNKNOWN_S * part, abs=1e-3), gpu  # as served
+        joules = run.total(UNKNOWN_ENERGY, gpu=str(gpu))
+        assert 0 < joules < run.energy_j[gpu] * UNKNOWN_S / END * 1.5, gpu
+
+
+def test_unaccounted_memory_stays_while_the_kubelet_is_away(run: Run) -> None:
+    """GPU 4's process outside any pod: its series is served every cycle, the outage
+    included, so that GPUMemoryUnaccounted's ``for:`` does not start over."""
+    served = [
+        t
+        for t, got in run.cycles
+        if any(s.name == UNACCOUNTED and s.labels["gpu"] == "4" for s in got)
+    ]
+    assert served[0] <= 200.3 + 2 * STEP and served[-1] == run.cycles[-1][0]
+    # all but a new process's first cycle (it reads processes from its second on)
+    expected = [t for t, _ in run.cycles if t >= served[0] and t != DOWN[1]]
+    assert served == expected
 
 
 def test_energy_of_holders_plus_unattributed_is_the_gpus_energy(run: Run) -> None:
     for gpu, joules in run.energy_j.items():
-        charged = run.total(ENERGY, gpu=str(gpu)) + run.total(UNATTRIBUTED, gpu=str(gpu))
+        charged = sum(
+            run.total(name, gpu=str(gpu))
+            for name in (ENERGY, UNATTRIBUTED, UNKNOWN_ENERGY, DOWN_ENERGY)
+        )
         assert joules > 0 and _close(charged, joules), (gpu, charged, joules)
     # an unallocated GPU's idle power is unattributed, not lost
     assert run.total(ENERGY, gpu="4") == 0 and run.total(UNATTRIBUTED, gpu="4") > 0
@@ -166,19 +267,22 @@ def test_a_pod_idle_its_whole_life_is_idle_for_all_it_held(run: Run) -> None:
 
 
 def test_busy_follows_utilization_and_never_exceeds_allocated(run: Run) -> None:
-    assert _close(run.total(BUSY, pod="train"), 0.8 * END)
+    assert _close(run.total(BUSY, pod="train"), 0.8 * (END - UNKNOWN_S - DOWN_S))
     assert run.total(IDLE, pod="train") == 0
     for key, busy in run.final(BUSY).items():
         assert busy <= run.final(ALLOCATED)[key] + 1e-6, key
 
 
-def test_a_time_sliced_gpu_is_split_among_its_changing_holders(run: Run) -> None:
-    """Without per-replica totals from the kubelet, each holder gets 1/holders."""
-    a = 250.5 / 2 + (300.25 - 250.5) + (END - 300.25) / 2
-    assert _close(run.total(ALLOCATED, pod="ts-a"), a)
-    assert _close(run.total(ALLOCATED, pod="ts-b"), 250.5 / 2)
-    assert _close(run.total(ALLOCATED, pod="ts-c"), (END - 300.25) / 2)
-    assert run.total(UNALLOCATED, gpu="1") < STEP
+def test_a_time_sliced_gpu_is_shared_as_the_device_plugin_advertises_it(run: Run) -> None:
+    """Four replicas advertised: each holder of one gets a quarter of the GPU whoever else
+    holds the rest, and what no one holds is unallocated (truth from the schedule)."""
+    known = END - UNKNOWN_S - DOWN_S  # the kubelet or the exporter away: no one's
+    assert _close(run.total(ALLOCATED, pod="ts-a"), known / 4)  # alone from 250.5 to 300.25
+    assert _close(run.total(ALLOCATED, pod="ts-b"), 250.5 / 4)
+    assert _close(run.total(ALLOCATED, pod="ts-c"), (known - 300.25) / 4)
+    free = known - (known + 250.5 + known - 300.25) / 4
+    assert _close(run.total(UNALLOCATED, gpu="1"), free)
+    assert run.total(REPLICAS, gpu="1", basis="advertised") == 4
 
 
 def test_a_process_that_outlives_its_pod_is_unaccounted_within_two_cycles(run: Run) -> None:
