@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from exporter.catalog.metricsfile import Catalog
 from exporter.collector import Collector
 from exporter.derive.stage import Derive
 from exporter.exposition.build import Builder, Exposition
+from exporter.exposition.jobs import job_key
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.frame import Held, Workloads
 from exporter.nvml.session import DriverGone
@@ -329,7 +330,9 @@ class Poller:
         """This cycle's HPC jobs (job files read now) and containers holding devices."""
         if self.job_files is None and self.runtime is None:
             return None
-        job_map = self.job_files.read() if self.job_files is not None else {}
+        job_map: Mapping[str, tuple[str, ...]] = {}
+        if self.job_files is not None:  # only the names a device's series look up
+            job_map = self.job_files.read(job_key(d) for d in snap.gpus + snap.entities)
         held = {}
         if self.runtime is not None:
             from exporter.workloads.containers import by_device
