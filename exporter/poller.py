@@ -307,6 +307,8 @@ class Poller:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
         sm.series = series
+        if self.job_files is not None or self.runtime is not None:
+            sm.copies_dropped = self.builder.copies_dropped
         self.snapshot = snap
         sm.snapshot = snap
         if not group:
