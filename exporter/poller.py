@@ -182,6 +182,8 @@ class Poller:
             self.collector.set_catalog(self.catalog, resolve(self.catalog, self.collections))
             self.selfmetrics.skipped_rows = self.catalog.skipped
         self._started = time.monotonic()
+        if self.runtime is not None:  # beside the cycle: it uses the last answer
+            self.runtime.start()
         self._pending = self.executor.submit(self.collector.collect)
         try:
             snap = await self._wait(self._pending)
@@ -218,11 +220,6 @@ class Poller:
             try:
                 await self.attribution.refresh(snap)
             except Exception as e:  # publish with the pod map as it stands
-                self._step_failed("attribution", e)
-        if self.runtime is not None:
-            try:
-                await self.runtime.refresh()
-            except Exception as e:  # publish with the containers as they stand
                 self._step_failed("attribution", e)
         try:
             # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
