@@ -10,15 +10,15 @@ without such a request those its ``NVIDIA_VISIBLE_DEVICES`` names (``all``, GPU
 indexes, ``GPU-<uuid>``, ``MIG-<uuid>``, ``MIG-GPU-<uuid>/<gi>/<ci>``; ``none``,
 ``void``: none).
 
-Bounded: a refresh (the list and the inspections it needs) gets :data:`REFRESH_S` in
-all, and what is still under way then is cancelled (the containers not inspected yet
-are asked for at the next refresh); the list may be :data:`MAX_LIST_BYTES` long, an
-inspection :data:`MAX_INSPECT_BYTES`; at most :data:`MAX_CONTAINERS` containers are
-looked at, each inspected once for its life (what it holds does not change), and the
-cache keeps only the containers of the last list, whatever the inspections do. Answers
-are decoded in a thread of the client's own, never on the event loop. An inspection
-that fails leaves its container out until it answers; a list that fails keeps the
-last answer.
+Bounded: a refresh (the list and the inspections it needs) gets :data:`REFRESH_S` and
+:data:`MAX_REFRESH_BYTES` in all, and what is still under way then is cancelled (the
+containers not inspected yet are asked for at the next refresh); the list may be
+:data:`MAX_LIST_BYTES` long, an inspection :data:`MAX_INSPECT_BYTES`; at most
+:data:`MAX_CONTAINERS` containers are looked at, each inspected once for its life (what
+it holds does not change), and the cache keeps only the containers of the last list,
+whatever the inspections do. Answers are decoded in a thread of the client's own, never
+on the event loop. An inspection that fails leaves its container out until it answers; a
+list that fails keeps the last answer.
 
 The refresh runs beside the collection cycle (:meth:`Runtime.start`), never inside
 it: the cycle uses the last answer, so a slow runtime never delays NVML collection.
@@ -45,8 +45,12 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 2.0  # one request
 REFRESH_S = 5.0  # one refresh: the list and every inspection it needs, in all
-MAX_LIST_BYTES = 4 << 20
-MAX_INSPECT_BYTES = 1 << 20
+# A hostile answer decodes into about 24 times its bytes (JSON of empty lists): 2 MiB of
+# list (1024 containers of 2 KiB) peaks near 48 MiB, an inspection (5 to 20 KiB as Docker
+# writes them) near 6 MiB, one at a time in the decoding thread.
+MAX_LIST_BYTES = 2 << 20
+MAX_INSPECT_BYTES = 256 << 10
+MAX_REFRESH_BYTES = 16 << 20  # read in one refresh; the containers left are asked next time
 MAX_CONTAINERS = 1024
 MAX_NAME_BYTES = 128
 MAX_REFS = 256  # devices one container names
@@ -188,6 +192,7 @@ class Runtime:
         self._session: aiohttp.ClientSession | None = None
         self._warn = RateLimited(60.0)
         self._task: asyncio.Task[None] | None = None
+        self._read_bytes = 0  # this refresh's answers so far
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runtime-json")
 
     def start(self) -> None:
@@ -202,6 +207,7 @@ class Runtime:
         if now - self._asked < self.interval_s:
             return
         self._asked = now
+        self._read_bytes = 0
         failed = 0
         try:
             async with asyncio.timeout(REFRESH_S):
@@ -258,7 +264,7 @@ class Runtime:
                 connector=aiohttp.UnixConnector(path=self.socket),
                 timeout=aiohttp.ClientTimeout(total=TIMEOUT_S),
             )
-        too_big = f"GET {path[:80]}: answer larger than {max_bytes >> 20 or 1} MiB"
+        too_big = f"GET {path[:80]}: answer larger than {max_bytes >> 10} KiB"
         async with self._session.get(f"http://localhost{path}") as resp:
             if resp.status != 200:
                 raise AnswerError(f"GET {path[:80]}: HTTP {resp.status}")
@@ -268,8 +274,11 @@ class Runtime:
             async for chunk in resp.content.iter_chunked(1 << 16):
                 chunks.append(chunk)
                 size += len(chunk)
+                self._read_bytes += len(chunk)
                 if size > max_bytes:
                     raise AnswerError(too_big)
+                if self._read_bytes > MAX_REFRESH_BYTES:
+                    raise AnswerError(f"more than {MAX_REFRESH_BYTES >> 20} MiB in one refresh")
             body = b"".join(chunks)
         del chunks
         loop = asyncio.get_running_loop()

@@ -204,7 +204,7 @@ async def test_the_last_answer_stays_when_the_runtime_fails(stub, trouble, monke
         assert not rt.up and rt.held == before
         assert any("keeping the last answer" in r.getMessage() for r in caplog.records)
         if trouble == "huge":
-            assert "larger than 4 MiB" in caplog.text
+            assert "larger than 2048 KiB" in caplog.text
     finally:
         await rt.close()
 
@@ -252,6 +252,26 @@ async def test_an_inspection_that_always_fails_bounds_the_cache(stub, caplog):
             assert set(rt._seen) <= set(s.running) and len(rt._seen) == 19
         assert s.asked.count("/containers/c0/json") == 5  # asked again, once a refresh
         assert "inspections failed" in caplog.text
+    finally:
+        await rt.close()
+
+
+async def test_a_refresh_reads_a_bounded_number_of_bytes(stub):
+    """100 new containers answering 200 KiB each: a refresh reads at most 16 MiB, the
+    containers left are inspected at the next one, and every one ends up held."""
+    s, path = stub
+    pad = ["PAD=" + "x" * (200 << 10)]
+    s.running = {f"c{i}": inspect(f"/n{i}", [{"Driver": "nvidia", "DeviceIDs": ["0"]}], pad)
+                 for i in range(100)}  # fmt: skip
+    rt = Runtime(path, interval_s=0.0)
+    try:
+        await rt.refresh()
+        first = len(rt.held)
+        assert 0 < first < 100 and first * (200 << 10) <= containers.MAX_REFRESH_BYTES
+        for _ in range(3):
+            await rt.refresh()
+        assert len(rt.held) == 100
+        assert s.asked.count("/containers/json") == 4
     finally:
         await rt.close()
 
