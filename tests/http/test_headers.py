@@ -179,3 +179,33 @@ def test_empty_lines_before_a_request_are_not_counted(blank):
     # none of them is counted as part of the head: a head of the limit still passes
     assert fresh(blank + _head_of(LIMIT), False)
     assert not fresh(blank + _head_of(LIMIT + 1), False)
+
+
+NEXT_WITH_BODY = b"POST /metrics HTTP/1.1\r\nContent-Length: 2000\r\n\r\n" + b"b" * 2000
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        _post(CHUNKED, b"3\nabc\n0\n\n"),  # bare-LF chunk sizes and data ends
+        _post(CHUNKED, b"3\r\nabc\r\n0\r\n\r\n"),  # an empty CRLF trailer section
+        _post(b"Transfer-Encoding: gzip, chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n"),
+    ],
+    ids=["bare LF", "CRLF trailers", "gzip, chunked"],
+)
+def test_the_request_after_a_chunked_body_is_framed_again(first):
+    """The chunked body is followed to its end, so the next request's Content-Length body
+    is passed over and the head after it counted from its first byte."""
+    assert fresh(first + NEXT_WITH_BODY + HEAD, False)
+    assert fresh(first + _head_of(LIMIT), False)
+    assert not fresh(first + _head_of(LIMIT + 1), False)
+
+
+@pytest.mark.parametrize("first", [HEAD, b"GET /metrics HTTP/1.1\nHost: x\n\n"], ids=["CRLF", "LF"])
+def test_the_head_after_a_request_without_a_body_is_counted_from_its_first_byte(first):
+    assert fresh(first + _head_of(LIMIT), False)
+    assert not fresh(first + _head_of(LIMIT + 1), False)
+
+
+def test_only_cr_and_lf_are_skipped_before_a_request():
+    assert not fresh(b"X" * (LIMIT + 1), False)
