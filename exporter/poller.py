@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from exporter.catalog.metricsfile import Catalog
 from exporter.collector import Collector
 from exporter.derive.stage import Derive
 from exporter.exposition.build import Builder, Exposition
+from exporter.exposition.jobs import job_key
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.frame import Held, Workloads
 from exporter.nvml.session import DriverGone
@@ -181,6 +182,8 @@ class Poller:
             self.collector.set_catalog(self.catalog, resolve(self.catalog, self.collections))
             self.selfmetrics.skipped_rows = self.catalog.skipped
         self._started = time.monotonic()
+        if self.runtime is not None:  # beside the cycle: it uses the last answer
+            self.runtime.start()
         self._pending = self.executor.submit(self.collector.collect)
         try:
             snap = await self._wait(self._pending)
@@ -217,11 +220,6 @@ class Poller:
             try:
                 await self.attribution.refresh(snap)
             except Exception as e:  # publish with the pod map as it stands
-                self._step_failed("attribution", e)
-        if self.runtime is not None:
-            try:
-                await self.runtime.refresh()
-            except Exception as e:  # publish with the containers as they stand
                 self._step_failed("attribution", e)
         try:
             # Render and gzip in the worker thread too, so the event loop keeps serving scrapes.
@@ -309,6 +307,8 @@ class Poller:
             ok = not attr.mapper.status
             sm.extra_results = (CollectorResult("podresources", ok, attr.duration),)
         sm.series = series
+        if self.job_files is not None or self.runtime is not None:
+            sm.copies_dropped = self.builder.copies_dropped
         self.snapshot = snap
         sm.snapshot = snap
         if not group:
@@ -332,7 +332,9 @@ class Poller:
         """This cycle's HPC jobs (job files read now) and containers holding devices."""
         if self.job_files is None and self.runtime is None:
             return None
-        job_map = self.job_files.read() if self.job_files is not None else {}
+        job_map: Mapping[str, tuple[str, ...]] = {}
+        if self.job_files is not None:  # only the names a device's series look up
+            job_map = self.job_files.read(job_key(d) for d in snap.gpus + snap.entities)
         held = {}
         if self.runtime is not None:
             from exporter.workloads.containers import by_device

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from exporter.config.dcgmflags import BY_LONG, Resolver
 from exporter.config.durations import parse_duration
-from exporter.config.model import Config, ConfigError, parse_count
+from exporter.config.model import Config, ConfigError, parse_count, whole_number
 
 if TYPE_CHECKING:
     from exporter.config import yamlfile
@@ -107,7 +107,7 @@ def _web_timeouts(r: Resolver, notices: list[str]) -> dict[str, float]:
             continue
         lo, hi = HTTP_TIMEOUT_S
         if not lo <= seconds <= hi:
-            notices.append(f"{src}: {value!r} is outside {lo:g}s..{hi:g}s (0 would mean no "
+            notices.append(f"{src}: {value[:60]!r} is outside {lo:g}s..{hi:g}s (0 would mean no "
                            "timeout); keeping the default")  # fmt: skip
             continue
         out[field] = seconds
@@ -120,7 +120,7 @@ def _scrapes(r: Resolver) -> int:
         return 16
     n = parse_count(value, src, "a number of scrapes", -(10**9), MAX_SCRAPES)
     if n <= 0:
-        raise ConfigError(f"{src}: {value!r}: give a positive number of scrapes (default 16)")
+        raise ConfigError(f"{src}: {value[:60]!r}: give a positive number of scrapes (default 16)")
     return n
 
 
@@ -175,10 +175,11 @@ def _dcgm_only_checks(r: Resolver, cfg: Config) -> None:
 
 def systemd_fds(env: Mapping[str, str]) -> tuple[int, ...]:
     """The listening sockets systemd passed this process: fd 3 on (sd_listen_fds(3))."""
-    pid, count = env.get("LISTEN_PID", ""), env.get("LISTEN_FDS", "")
+    pid = whole_number(env.get("LISTEN_PID", ""))
+    count = whole_number(env.get("LISTEN_FDS", ""))
     hint = "start the exporter from a systemd .socket unit, or drop --web-systemd-socket"
-    if not pid.isdigit() or int(pid) != os.getpid():
+    if pid != os.getpid():
         raise ConfigError(f"--web-systemd-socket: LISTEN_PID does not name this process; {hint}")
-    if not count.isdigit() or not 1 <= int(count) <= 64:
+    if count is None or not 1 <= count <= 64:
         raise ConfigError(f"--web-systemd-socket: LISTEN_FDS names no socket; {hint}")
-    return tuple(range(3, 3 + int(count)))
+    return tuple(range(3, 3 + count))

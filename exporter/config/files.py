@@ -88,6 +88,22 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+MAX_INT_DIGITS = 30  # a YAML integer longer than this is refused, not handed to int()
+
+
+def _bounded_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    """YAML's int, refused past MAX_INT_DIGITS characters: a 5,000-digit one would fail
+    int()'s digit limit with a ValueError no caller expects (and cost time below it)."""
+    if len(node.value) > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a number of more than {MAX_INT_DIGITS} digits", node.start_mark
+        )
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+_NoAliasLoader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
+
+
 class _UniqueKeyLoader(_NoAliasLoader):
     """Also refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
 

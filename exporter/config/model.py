@@ -129,24 +129,25 @@ class Config:
     accounting_state_dir: str = ""  # where the counters are kept across restarts; "": not kept
 
 
-def _int(value: str) -> int | None:
-    """A whole number of at most 15 digits, or None."""
-    text = value.strip()
-    if len(text) > 16:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
+_WHOLE = re.compile(r"-?[0-9]{1,15}")
+
+
+def whole_number(value: str) -> int | None:
+    """A whole number written in ASCII digits (at most 15, an optional ``-``, spaces
+    around), or None: no Unicode digits, underscores or ``+``, which int() would take,
+    and no number long enough to cost time or fail int()'s digit limit."""
+    text = value.strip(" \t\r\n")
+    return int(text) if _WHOLE.fullmatch(text) else None
 
 
 def parse_address(value: str, source: str) -> tuple[str, int]:
     """``[host]:port`` -> (host, port); host "" means every interface."""
     host, sep, port_text = value.rpartition(":")
-    port = _int(port_text) if port_text.isdigit() else None
+    port = whole_number(port_text) if port_text.isdigit() else None
     if not sep or port is None or not 0 < port < 65536:
         raise ConfigError(
-            f"{source}: {value!r} is not an address; use [host]:port, e.g. :9400 or 127.0.0.1:9400"
+            f"{source}: {value[:60]!r} is not an address; use [host]:port, e.g. :9400 or "
+            "127.0.0.1:9400"
         )
     host = host.strip("[]")
     return host, port
@@ -154,10 +155,10 @@ def parse_address(value: str, source: str) -> tuple[str, int]:
 
 def parse_interval(value: str, source: str) -> float:
     """Milliseconds (dcgm-exporter's unit) -> seconds."""
-    ms = _int(value)
+    ms = whole_number(value)
     if ms is None or ms < MIN_INTERVAL_MS:
         raise ConfigError(
-            f"{source}: {value!r} is not a collection interval; give milliseconds, "
+            f"{source}: {value[:60]!r} is not a collection interval; give milliseconds, "
             f"at least {MIN_INTERVAL_MS} (default {DEFAULT_INTERVAL_MS})"
         )
     return ms / 1000
@@ -165,9 +166,11 @@ def parse_interval(value: str, source: str) -> float:
 
 def parse_count(value: str, source: str, what: str, lo: int, hi: int) -> int:
     """A whole number from ``lo`` to ``hi``; ConfigError naming the input otherwise."""
-    n = _int(value)
+    n = whole_number(value)
     if n is None or not lo <= n <= hi:
-        raise ConfigError(f"{source}: {value!r} is not {what}; give a number from {lo} to {hi}")
+        raise ConfigError(
+            f"{source}: {value[:60]!r} is not {what}; give a number from {lo} to {hi}"
+        )
     return n
 
 
@@ -201,7 +204,7 @@ def check_regex(value: str, source: str) -> str:
     try:
         re.compile(value)
     except re.error as e:
-        raise ConfigError(f"{source}: {value!r} is not a regular expression: {e}") from None
+        raise ConfigError(f"{source}: {value[:60]!r} is not a regular expression: {e}") from None
     return value
 
 
@@ -212,7 +215,7 @@ def parse_bool(value: str, source: str) -> bool:
         return True
     if v in _GO_FALSE:
         return False
-    raise ConfigError(f"{source}: {value!r} is not a boolean; use true or false")
+    raise ConfigError(f"{source}: {value[:60]!r} is not a boolean; use true or false")
 
 
 def parse_window(value: str, source: str) -> float:
@@ -222,10 +225,8 @@ def parse_window(value: str, source: str) -> float:
 
 def _id_range(part: str) -> range:
     lo, sep, hi = part.partition("-")
-    if not lo.strip().isdigit() or (sep and not hi.strip().isdigit()):
-        raise ValueError(part)
-    first, last = int(lo), int(hi) if sep else int(lo)
-    if first > last or last > MAX_DEVICE_ID:
+    first, last = whole_number(lo), whole_number(hi) if sep else whole_number(lo)
+    if first is None or last is None or first < 0 or first > last or last > MAX_DEVICE_ID:
         raise ValueError(part)
     return range(first, last + 1)
 
@@ -239,9 +240,9 @@ def parse_devices(value: str, source: str) -> DeviceSelection:
     for part in parts:
         mode, sep, ids_text = part.strip().partition(":")
         if mode not in ("f", "g", "i") or (mode == "f" and (sep or len(parts) > 1)):
-            raise ConfigError(f"{source}: {value!r} is not a device selection; {hint}")
+            raise ConfigError(f"{source}: {value[:60]!r} is not a device selection; {hint}")
         if mode in picked:
-            raise ConfigError(f"{source}: {value!r} names {mode} twice; {hint}")
+            raise ConfigError(f"{source}: {value[:60]!r} names {mode} twice; {hint}")
         picked[mode] = _ids(ids_text, value, source, hint) if sep else None
     if len(picked) == 1:
         mode, ids = next(iter(picked.items()))
@@ -256,7 +257,7 @@ def _ids(text: str, value: str, source: str, hint: str) -> frozenset[int]:
             ids.update(_id_range(part))
     except ValueError as e:
         raise ConfigError(
-            f"{source}: {value!r}: {str(e)!r} is not an ID or range from 0 to "
+            f"{source}: {value[:60]!r}: {str(e)!r} is not an ID or range from 0 to "
             f"{MAX_DEVICE_ID} (a-b with a <= b); {hint}"
         ) from None
     return frozenset(ids)

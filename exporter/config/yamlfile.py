@@ -71,7 +71,7 @@ def parse(doc: Any, path: str) -> FileConfig:
         doc, "", {"version", "metrics", "server", "collection", "sources", "collections"}
     )
     version = top.get("version")
-    if version not in (1, 2) or isinstance(version, bool):
+    if type(version) is not int or version not in (1, 2):  # not 2.0, not true
         raise r.error("version", "missing or not 1 or 2; begin the file with version: 1 or 2")
     allowed = {"version", "metrics", "server"}
     allowed |= {"collection"} if version == 1 else {"sources", "collections"}

@@ -115,6 +115,8 @@ class Builder:
         release = getattr(cfg, "release", None)
         self.health_detail = bool(release and release.health_detail)
         self._unmatched: frozenset[int] = frozenset()
+        self.copies_dropped = 0  # label sets of job and container copies left out, last cycle
+        self._dropped_names: tuple[str, ...] = ()
         self.device_text = DeviceText()
         self.holder_text = pods.HolderText()
         # the DCGM part, from the last rendered frame: UTF-8 text, kept encoded so that
@@ -144,7 +146,10 @@ class Builder:
         else:
             lay = self._layout_cached(snap, (shape, devices), holders)
         if held.workloads:  # HPC jobs, containers
-            copies = jobs.copies(devices, lay.series_labels, copies, *held.workloads)
+            copies, dropped = jobs.copies(devices, lay.series_labels, copies, *held.workloads)
+            self._warn_copies(devices, dropped)
+        else:
+            self._warn_copies(devices, {})
         if copies:
             dev_rows, inst_rows = dcgm.rows(lay.series_labels, lay.targets, copies)
         else:
@@ -222,6 +227,22 @@ class Builder:
                     "(list the IDs nvidia-smi shows)",
                     what,
                     ",".join(map(str, sorted(missing))),
+                )
+
+    def _warn_copies(self, devices: Iterable[Device], dropped: Mapping[str, int]) -> None:
+        """Count the copies left out at the budget; name the devices once per change."""
+        self.copies_dropped = sum(dropped.values())
+        names = tuple(sorted({jobs.job_key(d) for d in devices if d.key in dropped}))
+        if names != self._dropped_names:
+            self._dropped_names = names
+            if names:
+                log.warning(
+                    "container and HPC job copies: %d series label sets over the budget of "
+                    "%d left out on device %s (the first of each device's are kept); "
+                    "gpu_exporter_series_copies_dropped counts them",
+                    self.copies_dropped,
+                    jobs.MAX_COPIES,
+                    ", ".join(names),
                 )
 
     def build(self) -> Exposition:

@@ -10,16 +10,26 @@
 Both apply to the label text of every series a device has (the text of a shared
 device's per-holder copies under --kubernetes-virtual-gpus included); this module only
 builds that text, once per cycle.
+
+Containers and jobs multiply each other and every series of a device: the copies made
+here are bounded by :data:`MAX_COPIES` label sets in all. Over it, each device with
+copies keeps an equal share (at least one label set, the first in container and job
+order), and the label sets left out are returned per device, to be counted and named.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 
 from exporter.exposition import text
 from exporter.nvml.devices import Device
 
 Copies = Mapping[str, tuple[str, ...]]  # device key -> the label text of each of its series
+
+MAX_COPIES = 256
+"""Label sets the job and container copies of all devices may have in one cycle; each
+is one series per field of its device (about 100 with the default metrics file)."""
 
 
 def job_key(dev: Device) -> str:
@@ -33,29 +43,44 @@ def copies(
     base: Copies | None,
     jobs: Mapping[str, tuple[str, ...]],
     containers: Mapping[str, tuple[str, ...]],
-) -> dict[str, tuple[str, ...]]:
-    """Each device's series label text with the job and container copies applied.
+) -> tuple[dict[str, tuple[str, ...]], dict[str, int]]:
+    """Each device's series label text with the job and container copies applied, and
+    the label sets left out at :data:`MAX_COPIES` per device key.
 
     ``base``: copies already made (per holder of a shared device); ``jobs``: job file
     name -> job IDs; ``containers``: device key -> names of the containers holding it.
     Only devices that change are in the result, besides those of ``base``.
     """
     out: dict[str, tuple[str, ...]] = dict(base or {})
-    done: set[str] = set()
+    wanted: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = {}
     for d in devices:
-        if d.key in done:  # a whole GPU is both a GPU and an entity of the snapshot
+        if d.key in wanted:  # a whole GPU is both a GPU and an entity of the snapshot
             continue
-        done.add(d.key)
-        held = containers.get(d.key)
-        ids = jobs.get(job_key(d))
-        if not held and not ids:
-            continue
-        labels = out.get(d.key) or (series_labels[d.key],)
-        if held:
-            labels = labels + tuple(
-                f"{lab},{text.join((('container', name),))}" for lab in labels for name in held
-            )
-        if ids:
-            labels = tuple(f"{lab},{text.join((('hpc_job', j),))}" for lab in labels for j in ids)
-        out[d.key] = labels
-    return out
+        held = containers.get(d.key, ())
+        ids = jobs.get(job_key(d), ())
+        if held or ids:
+            wanted[d.key] = (out.get(d.key) or (series_labels[d.key],), held, ids)
+    sizes = {k: len(lab) * (1 + len(held)) * max(1, len(ids)) for k, (lab, held, ids) in
+             wanted.items()}  # fmt: skip
+    share = MAX_COPIES if sum(sizes.values()) <= MAX_COPIES else MAX_COPIES // len(sizes)
+    dropped: dict[str, int] = {}
+    for key, (labels, held, ids) in wanted.items():
+        keep = max(1, share)
+        out[key] = tuple(itertools.islice(_labels(labels, held, ids), keep))
+        if sizes[key] > keep:
+            dropped[key] = sizes[key] - keep
+    return out, dropped
+
+
+def _labels(labels: tuple[str, ...], held: tuple[str, ...], ids: tuple[str, ...]) -> Iterator[str]:
+    """The label sets of a device's series, in dcgm-exporter's order: ``labels``, then
+    each one's copy per container; with jobs, each of these once per job instead."""
+    each = itertools.chain(
+        labels, (f"{lab},{text.join((('container', n),))}" for lab in labels for n in held)
+    )
+    if not ids:
+        yield from each
+        return
+    for lab in each:
+        for j in ids:
+            yield f"{lab},{text.join((('hpc_job', j),))}"

@@ -32,6 +32,8 @@ class SelfMetrics:
         self.step_failures: Counter[str] = Counter()  # cycle steps that raised (poller.py)
         self.last_success = 0.0
         self.series = 0
+        # job and container copies left out at their budget; None: neither is configured
+        self.copies_dropped: int | None = None
         self.snapshot: Snapshot | None = None
         self.nvml_up = False
         self.driver_version = ""
@@ -88,6 +90,13 @@ class SelfMetrics:
             [((fn, code), n) for fn, code, n in self.nvml_errors],
         )
         yield Family(f"{p}_series", "DCGM series in the last rendered exposition.", self.series)
+        if self.copies_dropped is not None:
+            yield Family(
+                f"{p}_series_copies_dropped",
+                "Label sets of container and HPC job copies left out of the last exposition "
+                "at their budget (each is one series per field of its device).",
+                self.copies_dropped,
+            )
         skipped = Family(
             f"{p}_metrics_file_skipped_row",
             "A metrics-file row this exporter does not serve, by field and line of the "

@@ -301,3 +301,62 @@ def test_web_systemd_socket_needs_the_sockets_systemd_passes():
     env["LISTEN_FDS"] = "0"
     assert "LISTEN_FDS names no socket" in error([], {**env, "DCGM_EXPORTER_SYSTEMD_SOCKET": "t"})
     assert cfg([], env).systemd_fds == ()  # without the flag, systemd's variables are ignored
+
+
+# --- integers from files and the environment: ASCII digits, bounded ---------------------
+
+
+@pytest.mark.parametrize(
+    "pid", ["\u0661\u0662", "1" * 5000, "+{pid}", "{pid}_", "{pid}.0", "0x1f", "-{pid}"]
+)
+def test_listen_pid_is_ascii_digits_of_this_process(pid):
+    """Unicode digits, 5,000 digits, a sign, an underscore: one clear error, no traceback
+    (int() takes the first ones and fails past 4,300 digits with a ValueError)."""
+    env = {"LISTEN_PID": pid.format(pid=os.getpid()), "LISTEN_FDS": "1"}
+    assert "LISTEN_PID does not name this process" in error(["--web-systemd-socket"], env)
+
+
+@pytest.mark.parametrize("fds", ["\u0661", "\uff11", "1" * 5000, "1_0", "+1", " "])
+def test_listen_fds_is_ascii_digits(fds):
+    env = {"LISTEN_PID": str(os.getpid()), "LISTEN_FDS": fds}
+    assert "LISTEN_FDS names no socket" in error(["--web-systemd-socket"], env)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "version: 2.0\n",  # YAML's float: not the version 2
+        "version: 2\nserver:\n  maxConcurrentScrapes: " + "9" * 5000 + "\n",
+        "version: " + "1" * 5000 + "\n",
+        "version: 1\n" + "1" * 5000 + ": x\n",  # as a key
+    ],
+)
+def test_config_file_numbers_are_bounded(tmp_path, text):
+    msg = error(["--config-file", write(tmp_path, text)])
+    assert "\n" not in msg and len(msg) < 400
+    assert "version" in msg or "digits" in msg or "not valid YAML" in msg
+
+
+@pytest.mark.parametrize("value", ["\u0661\u0660\u0660\u0660", "1_000", "+1000", "9" * 5000])
+def test_flag_numbers_from_the_environment_are_ascii_digits(value):
+    msg = error([], {"DCGM_EXPORTER_INTERVAL": value})
+    assert "is not a collection interval" in msg and len(msg) < 400
+
+
+def test_a_5000_digit_config_file_number_stops_with_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent.parent
+    path = write(tmp_path, "version: 2\nserver:\n  maxConcurrentScrapes: " + "9" * 5000 + "\n")
+    p = subprocess.run(
+        [sys.executable, "-m", "exporter", "--simulate", "--config-file", path], cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "digits" in p.stderr
+
+
+def test_durations_are_ascii_digits():
+    with pytest.raises(ValueError):
+        parse_duration("\u0661s")

@@ -117,3 +117,95 @@ def test_content_length_bodies_are_passed_over_and_heads_counted():
     assert budget.feed(_post(b"Content-Length: 100000\r\n", b"b" * 100000))
     assert budget.feed(HEAD)
     assert not budget.feed(BIG)
+
+
+# --- the survivors of the mutation run (issue 37), each killed by one test below ---------
+
+
+def fresh(stream: bytes, bytewise: bool) -> bool:
+    return feed(HeaderBudget(LIMIT), stream, bytewise)
+
+
+def _head_of(size: int) -> bytes:
+    """A complete request head of exactly ``size`` bytes."""
+    base = b"GET /metrics HTTP/1.1\r\nX-Pad: \r\n\r\n"
+    return base[:-4] + b"a" * (size - len(base)) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize("bytewise", [False, True])
+def test_a_head_of_exactly_the_limit_passes_and_one_byte_more_does_not(bytewise):
+    """Both branches: a complete head (the part's end) and one still arriving (so far)."""
+    assert len(_head_of(LIMIT)) == LIMIT
+    assert fresh(_head_of(LIMIT) * 3, bytewise)
+    assert not fresh(_head_of(LIMIT + 1), bytewise)
+    unfinished = _head_of(LIMIT + 4)[:LIMIT]  # no blank line yet: LIMIT bytes so far
+    assert fresh(unfinished, bytewise) and not fresh(unfinished + b"a", bytewise)
+
+
+@pytest.mark.parametrize("bytewise", [False, True])
+def test_a_bare_lf_content_length_body_is_passed_over(bytewise):
+    """Lines ended by LF alone (RFC 9112 2.2 lets a server take them): the body of the
+    Content-Length is passed over, not counted as the next head."""
+    req = b"POST /metrics HTTP/1.1\nHost: x\nContent-Length: 2000\n\n" + b"b" * 2000
+    assert fresh(req + HEAD, bytewise)
+
+
+@pytest.mark.parametrize("bytewise", [False, True])
+def test_an_empty_bare_lf_trailer_section_ends_the_request(bytewise):
+    """``0\\n\\n``: the empty trailer section is the lone LF; the next request's head is a
+    head again, its Content-Length body passed over."""
+    req = _post(CHUNKED, b"3\r\nabc\r\n0\r\n\n")
+    nxt = b"POST /metrics HTTP/1.1\r\nContent-Length: 2000\r\n\r\n" + b"b" * 2000
+    assert fresh(req + nxt + HEAD, bytewise)
+    # the lone LF ends it, and not a byte more: the next head is counted whole
+    assert fresh(req + _head_of(LIMIT), bytewise)
+    assert not fresh(req + _head_of(LIMIT + 1), bytewise)
+
+
+def test_chunk_sizes_of_15_hex_digits_are_followed_and_16_are_not():
+    """aiohttp takes a chunk size of at most 15 hex digits; one of 16 is framing not
+    followed, so every later byte counts."""
+    fifteen = _post(CHUNKED, b"f" * 15 + b"\r\n" + b"b" * 4000)
+    assert fresh(fifteen, False)  # inside a huge chunk: passed over
+    sixteen = _post(CHUNKED, b"1" + b"0" * 15 + b"\r\n" + b"b" * 4000)
+    assert not fresh(sixteen, False)
+
+
+@pytest.mark.parametrize("blank", [b"\r", b"\n", b"\r\n"])
+def test_empty_lines_before_a_request_are_not_counted(blank):
+    """RFC 9112 2.2: CR and LF bytes before a request line are skipped, however many."""
+    assert fresh(blank * (4 * LIMIT) + HEAD, False)
+    assert fresh(blank * (4 * LIMIT) + HEAD, True)
+    # none of them is counted as part of the head: a head of the limit still passes
+    assert fresh(blank + _head_of(LIMIT), False)
+    assert not fresh(blank + _head_of(LIMIT + 1), False)
+
+
+NEXT_WITH_BODY = b"POST /metrics HTTP/1.1\r\nContent-Length: 2000\r\n\r\n" + b"b" * 2000
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        _post(CHUNKED, b"3\nabc\n0\n\n"),  # bare-LF chunk sizes and data ends
+        _post(CHUNKED, b"3\r\nabc\r\n0\r\n\r\n"),  # an empty CRLF trailer section
+        _post(b"Transfer-Encoding: gzip, chunked\r\n", b"3\r\nabc\r\n0\r\n\r\n"),
+    ],
+    ids=["bare LF", "CRLF trailers", "gzip, chunked"],
+)
+def test_the_request_after_a_chunked_body_is_framed_again(first):
+    """The chunked body is followed to its end, so the next request's Content-Length body
+    is passed over and the head after it counted from its first byte."""
+    assert fresh(first + NEXT_WITH_BODY + HEAD, False)
+    assert fresh(first + _head_of(LIMIT), False)
+    assert not fresh(first + _head_of(LIMIT + 1), False)
+
+
+@pytest.mark.parametrize("first", [HEAD, b"GET /metrics HTTP/1.1\nHost: x\n\n"], ids=["CRLF", "LF"])
+def test_the_head_after_a_request_without_a_body_is_counted_from_its_first_byte(first):
+    assert fresh(first + _head_of(LIMIT), False)
+    assert not fresh(first + _head_of(LIMIT + 1), False)
+
+
+def test_only_cr_and_lf_are_skipped_before_a_request():
+    assert not fresh(b"X" * (LIMIT + 1), False)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +115,9 @@ class Stub:
     fail: int = 0  # answer the list with this status (0: 200)
     delay_s: float = 0.0
     huge: bool = False
+    inspect_delay_s: float = 0.0
+    broken: set[str] = field(default_factory=set)  # IDs whose inspection answers 500
+    cancelled: int = 0  # inspections the client gave up on while they were answered
     runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
@@ -134,6 +139,13 @@ class Stub:
 
     async def inspect(self, request: web.Request) -> web.StreamResponse:
         self.asked.append(request.path)
+        try:
+            await asyncio.sleep(self.inspect_delay_s)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        if request.match_info["id"] in self.broken:
+            return web.Response(status=500, text="inspect failed")
         got = self.running.get(request.match_info["id"])
         return web.json_response(got) if got else web.Response(status=404)
 
@@ -141,7 +153,7 @@ class Stub:
 @pytest.fixture
 async def stub(tmp_path: Path) -> AsyncIterator[tuple[Stub, str]]:
     s = Stub()
-    runner = s.runner = web.AppRunner(s.app())
+    runner = s.runner = web.AppRunner(s.app(), handler_cancellation=True)
     await runner.setup()
     path = str(tmp_path / "docker.sock")
     await web.UnixSite(runner, path).start()
@@ -192,9 +204,122 @@ async def test_the_last_answer_stays_when_the_runtime_fails(stub, trouble, monke
         assert not rt.up and rt.held == before
         assert any("keeping the last answer" in r.getMessage() for r in caplog.records)
         if trouble == "huge":
-            assert "larger than 10 MiB" in caplog.text
+            assert "larger than 2048 KiB" in caplog.text
     finally:
         await rt.close()
+
+
+async def test_a_slow_runtime_is_cut_at_the_refresh_deadline(stub, monkeypatch):
+    """1,024 new containers whose inspections take 1.9 s each: the refresh ends at its
+    deadline with what was inspected, the rest cancelled and asked for next time."""
+    s, path = stub
+    s.running = {f"c{i}": inspect(f"/n{i}", [{"Driver": "nvidia", "DeviceIDs": ["0"]}])
+                 for i in range(1024)}  # fmt: skip
+    s.inspect_delay_s = 1.9
+    monkeypatch.setattr(containers, "REFRESH_S", 2.5)
+    rt = Runtime(path, interval_s=0.0)
+    try:
+        t0 = time.monotonic()
+        await rt.refresh()
+        assert time.monotonic() - t0 < 3.0  # not 1024 / 8 x 1.9 s = 243 s
+        await asyncio.sleep(0.2)  # the server sees the client go away
+        assert s.asked.count("/containers/json") == 1
+        assert len(s.asked) - 1 == 16  # two rounds of 8 were started, the second cut
+        assert s.cancelled == 8 and not rt.up  # the second round, cancelled at the deadline
+        assert not [t for t in asyncio.all_tasks() if "_inspect" in repr(t.get_coro())]
+        s.inspect_delay_s = 0.0
+        await rt.refresh()
+        assert rt.up and len(rt.held) == 1024
+    finally:
+        await rt.close()
+
+
+async def test_an_inspection_that_always_fails_bounds_the_cache(stub, caplog):
+    """One broken container: the others are still held, the cache holds only the listed
+    containers, and a container that leaves the list leaves the cache."""
+    s, path = stub
+    s.running = {f"c{i}": inspect(f"/n{i}", [{"Driver": "nvidia", "DeviceIDs": ["0"]}])
+                 for i in range(20)}  # fmt: skip
+    s.broken = {"c0"}
+    rt = Runtime(path, interval_s=0.0)
+    try:
+        for gen in range(5):  # the containers come and go; c0 never answers
+            s.running = {k: v for k, v in s.running.items() if k[0] == "c" and int(k[1:]) < 10}
+            s.running |= {f"g{gen}x{i}": inspect(f"/g{gen}x{i}", None,
+                          ["NVIDIA_VISIBLE_DEVICES=all"]) for i in range(10)}  # fmt: skip
+            await rt.refresh()
+            assert rt.up and len(rt.held) == 19  # 9 of the first ten, and this generation's
+            assert set(rt._seen) <= set(s.running) and len(rt._seen) == 19
+        assert s.asked.count("/containers/c0/json") == 5  # asked again, once a refresh
+        assert "inspections failed" in caplog.text
+    finally:
+        await rt.close()
+
+
+async def test_a_refresh_reads_a_bounded_number_of_bytes(stub):
+    """100 new containers answering 200 KiB each: a refresh reads at most 16 MiB, the
+    containers left are inspected at the next one, and every one ends up held."""
+    s, path = stub
+    pad = ["PAD=" + "x" * (200 << 10)]
+    s.running = {f"c{i}": inspect(f"/n{i}", [{"Driver": "nvidia", "DeviceIDs": ["0"]}], pad)
+                 for i in range(100)}  # fmt: skip
+    rt = Runtime(path, interval_s=0.0)
+    try:
+        await rt.refresh()
+        first = len(rt.held)
+        assert 0 < first < 100 and first * (200 << 10) <= containers.MAX_REFRESH_BYTES
+        for _ in range(3):
+            await rt.refresh()
+        assert len(rt.held) == 100
+        assert s.asked.count("/containers/json") == 4
+    finally:
+        await rt.close()
+
+
+async def test_answers_are_decoded_off_the_event_loop(stub, monkeypatch):
+    s, path = stub
+    s.running = {"c1": inspect("/train", [{"Driver": "nvidia", "DeviceIDs": ["0"]}])}
+    threads = []
+    real = containers.holding
+
+    def spy(answer):
+        threads.append(threading.current_thread().name)
+        return real(answer)
+
+    monkeypatch.setattr(containers, "holding", spy)
+    rt = Runtime(path, interval_s=0.0)
+    try:
+        await rt.refresh()
+        assert rt.held == (Holding("train", ("0",)),)
+        assert threads and all(t.startswith("runtime-json") for t in threads)
+    finally:
+        await rt.close()
+
+
+async def test_a_slow_runtime_never_delays_the_collection_cycle(stub, monkeypatch):
+    """The list takes 3 s: each cycle still finishes in well under a second, with the
+    containers of the last answer."""
+    s, path = stub
+    s.running = {"c1": inspect("/train", [{"Driver": "nvidia", "DeviceIDs": ["0"]}])}
+    sim.install(None, latency=False)
+    col = Collector(CATALOG, "node-a")
+    poller = Poller(CATALOG, col, 0.0, 1.0, cfg=Config(container_socket=path))
+    rt = poller.runtime
+    assert rt is not None
+    try:
+        await rt.refresh()
+        s.delay_s = 3.0
+        for _ in range(3):
+            t0 = time.monotonic()
+            await poller.cycle()
+            assert time.monotonic() - t0 < 1.0
+        gpu0 = find(poller.builder.dcgm_text, "DCGM_FI_DEV_POWER_USAGE", gpu="0")
+        assert sorted(str(x.labels.get("container")) for x in gpu0) == ["None", "train"]
+    finally:
+        await rt.close()
+        col.close(0.5)
+        poller.close()
+        sim.uninstall()
 
 
 async def _one_cycle(socket: str) -> str:
@@ -203,7 +328,8 @@ async def _one_cycle(socket: str) -> str:
     col = Collector(CATALOG, "node-a")
     poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(container_socket=socket))
     try:
-        await poller.cycle()
+        await poller.runtime.refresh()  # type: ignore[union-attr]
+        await poller.cycle()  # its own refresh runs beside it, an interval later
         return poller.builder.dcgm_text
     finally:
         await poller.runtime.close()  # type: ignore[union-attr]

@@ -27,7 +27,8 @@ def test_job_files_by_gpu_and_gpu_instance(tmp_path):
     (tmp_path / "notes.txt").write_text("not a job file")
     (tmp_path / "4").mkdir()
     (tmp_path / "5").write_text("")  # a GPU without jobs: no copies
-    assert dict(JobFiles(str(tmp_path)).read()) == {"0": ("1001", "1002"), "2.3": ("2001",)}
+    got = JobFiles(str(tmp_path)).read(["0", "2.3", "4", "5", "notes.txt", "6"])
+    assert dict(got) == {"0": ("1001", "1002"), "2.3": ("2001",)}
 
 
 def test_job_files_are_bounded(tmp_path, caplog):
@@ -36,7 +37,7 @@ def test_job_files_are_bounded(tmp_path, caplog):
     (tmp_path / "2").write_bytes(b"big\n" * 20000)  # 80 KB: over the file bound
     os.mkfifo(tmp_path / "3")  # never blocks the cycle
     with caplog.at_level(logging.WARNING):
-        got = JobFiles(str(tmp_path)).read()
+        got = JobFiles(str(tmp_path)).read(["0", "1", "2", "3"])
     assert len(got["0"]) == MAX_JOBS
     assert got["1"] == ("ok_job_",)  # control characters become _
     assert "2" not in got and "3" not in got
@@ -47,12 +48,52 @@ def test_missing_directory_is_logged_once(tmp_path, caplog):
     jobs = JobFiles(str(tmp_path / "jobs"))
     with caplog.at_level(logging.INFO):
         for _ in range(3):
-            assert jobs.read() == {}
+            assert jobs.read(["1"]) == {}
         (tmp_path / "jobs").mkdir()
         (tmp_path / "jobs" / "1").write_text("7\n")
-        assert jobs.read() == {"1": ("7",)}
+        assert jobs.read(["1"]) == {"1": ("7",)}
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2 and "cannot read it" in lines[0] and "found" in lines[1]
+
+
+def test_a_link_to_a_file_the_writer_cannot_read_is_not_published(tmp_path, caplog):
+    """The exporter reads as root: a symbolic link named like a device, to a root-only
+    file, must not publish that file's content; nor a hard link to another's file."""
+    secret = tmp_path / "secret"
+    secret.write_text("root-only-content\n")
+    secret.chmod(0o600)
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "0").symlink_to(secret)
+    os.link(secret, jobs / "1")
+    (jobs / "2").write_text("ok\n")
+    with caplog.at_level(logging.WARNING):
+        got = JobFiles(str(jobs)).read(["0", "1", "2"])
+    assert dict(got) == {"2": ("ok",)}
+    assert caplog.records and "root-only-content" not in caplog.text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_file_of_another_owner_is_refused(tmp_path):
+    """Only root's files and those of the directory's owner are read."""
+    os.chown(tmp_path, 1000, 1000)
+    for name, uid in (("0", 0), ("1", 1000), ("2", 1001)):
+        (tmp_path / name).write_text(f"job{uid}\n")
+        os.chown(tmp_path / name, uid, uid)
+    assert dict(JobFiles(str(tmp_path)).read(["0", "1", "2"])) == {
+        "0": ("job0",),
+        "1": ("job1000",),
+    }
+
+
+def test_junk_files_do_not_hide_a_device_file(tmp_path):
+    """Names are looked up, not listed: 20,000 other files beside ``0`` change nothing."""
+    for i in range(20000):
+        (tmp_path / f"junk{i:05}").touch()
+    for i in range(1000, 3000):  # names that could be devices, but of no device here
+        (tmp_path / str(i)).write_text("x\n")
+    (tmp_path / "0").write_text("1001\n")
+    assert dict(JobFiles(str(tmp_path)).read(["0", "1"])) == {"0": ("1001",)}
 
 
 @pytest.fixture

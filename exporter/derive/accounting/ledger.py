@@ -101,6 +101,8 @@ class Ledger:
         self.durable = False  # whether the state is kept across restarts (the down family)
         # GPU key -> (unix s, energy mJ) its counters were charged to by a process before
         self._resume: dict[str, tuple[float, float | None]] = {}
+        # this cycle's ended holders, the longest ended last; listed at the first eviction
+        self._evictable: list[HolderTotals] | None = None
 
     def update(
         self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None, unknown: str = ""
@@ -118,6 +120,7 @@ class Ledger:
         if unknown and uses is not None:
             live = set(self.holders)
         self._end(live, set(now), snap.taken_at)  # first: an ended holder can make room
+        self._evictable = None
         for plan in now.values():
             gpu = self.gpus.get(plan.key)
             if gpu is None:
@@ -218,14 +221,20 @@ class Ledger:
         return acc
 
     def _evict_one(self) -> bool:
-        """Drop the holder that ended longest ago; False when every holder still holds."""
-        ended = [a for a in self.holders.values() if a.ended_at is not None]
-        if not ended:
-            return False
-        oldest = min(ended, key=lambda a: a.ended_at or 0.0)
-        del self.holders[oldest.key]
-        self.dropped["limit"] += 1
-        return True
+        """Drop the holder that ended longest ago; False when every holder still holds.
+        The ended holders are listed once a cycle, so holders past the bound cost
+        O(1) each, not a walk over every holder (20,000 live holders: 3 s a cycle)."""
+        if self._evictable is None:
+            ended = [a for a in self.holders.values() if a.ended_at is not None]
+            self._evictable = sorted(ended, key=lambda a: a.ended_at or 0.0, reverse=True)
+        while self._evictable:
+            oldest = self._evictable.pop()
+            if oldest.ended_at is None or self.holders.get(oldest.key) is not oldest:
+                continue  # held again this cycle
+            del self.holders[oldest.key]
+            self.dropped["limit"] += 1
+            return True
+        return False
 
     def _end(self, live: set[HolderKey], gpus: set[str], now: float) -> None:
         """Mark holders and GPUs not seen this cycle as ended; drop those past retention."""

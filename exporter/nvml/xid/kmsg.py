@@ -13,6 +13,13 @@ input is bounded: a read takes at most READ_BYTES, a line longer than MAX_LINE i
 dropped, at most MAX_RECORDS_PER_S records are looked at a second (the kernel keeps
 the rest; when its ring buffer overwrote some, the read says so with EPIPE and the
 loss is counted), and nothing is kept but the current line.
+
+A regular file (``--kernel-log`` on a file a logger writes) is followed as
+``tail -F`` follows one: at its end the reader looks whether it was truncated (shorter
+than what was read, or its last bytes read no longer there: truncated and rewritten)
+and reads it again from its start, or rotated (the path names another file: renamed
+away, a new one created) and opens the new one from its start, after reading the old
+one to its end.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import logging
 import os
 import re
 import select
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +43,7 @@ MAX_LINE = 4096
 MAX_RECORDS_PER_S = 20_000
 WAIT_S = 1.0  # a poll's timeout: the thread sees a stop within this
 EOF_WAIT_S = 0.2  # a regular file at its end: look again after this
+TAIL_BYTES = 64  # a regular file's last bytes read, to tell a rewrite from new lines
 _XID = re.compile(
     rb"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})[^)]{0,4}\): (\d{1,5}),"
 )
@@ -103,6 +112,7 @@ class KernelLog:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         lines = _Lines(self)
+        follow = _Follow(self.path) if stat.S_ISREG(os.fstat(fd).st_mode) else None
         second, seen = time.monotonic(), 0
         try:
             while not self._stop.is_set():
@@ -113,7 +123,15 @@ class KernelLog:
                     return
                 if not chunk:  # a regular file at its end, a FIFO without a writer
                     self._stop.wait(EOF_WAIT_S)
+                    # before reading on: whatever was written since may be a new file's
+                    if follow is not None and (new := follow.at_end(fd)) is not None:
+                        poller.unregister(fd)
+                        fd = new
+                        poller.register(fd, select.POLLIN)
+                        lines.partial, lines.skipping = b"", False
                     continue
+                if follow is not None:
+                    follow.read(chunk)
                 seen += lines.feed(chunk)
                 if seen >= MAX_RECORDS_PER_S:  # over the rate: the kernel holds the rest
                     self._stop.wait(max(0.0, second + 1.0 - time.monotonic()))
@@ -164,3 +182,42 @@ class _Lines:
             if got is not None:
                 self.reader.on_xid(*got)
         return len(lines)
+
+
+class _Follow:
+    """Whether a regular file at its end was truncated, rewritten or rotated (see above)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tail = b""  # the last TAIL_BYTES bytes read
+
+    def read(self, chunk: bytes) -> None:
+        self.tail = (self.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+
+    def at_end(self, fd: int) -> int | None:
+        """At the end of ``fd`` a moment ago: the descriptor to read on (``fd`` itself, put
+        back at its start, when the file was truncated or rewritten; the path's new file
+        when it was rotated, ``fd`` then closed), or None when nothing changed."""
+        try:
+            st, now = os.fstat(fd), os.stat(self.path)
+        except OSError:  # renamed away and not created again yet: keep the old one
+            return None
+        pos = os.lseek(fd, 0, os.SEEK_CUR)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            if st.st_size > pos:  # the old file's last lines first
+                return None
+            try:
+                new = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                return None
+            os.close(fd)
+            self.tail = b""
+            log.info("kernel log %s: a new file; reading it from its start", self.path)
+            return new
+        n = len(self.tail)
+        if st.st_size < pos or (n and os.pread(fd, n, pos - n) != self.tail):
+            os.lseek(fd, 0, os.SEEK_SET)
+            self.tail = b""
+            log.info("kernel log %s: truncated; reading it from its start", self.path)
+            return fd
+        return None

@@ -104,3 +104,53 @@ def test_the_rest_of_a_line_too_long_is_not_read_as_a_line():
     lines.feed(b"NVRM: Xid (PCI:0000:2a:00): 119, tail\n")
     lines.feed(b"4,2,2,-;NVRM: Xid (PCI:0000:2a:00): 120, pid=1, next line\n")
     assert got == [120]
+
+
+def _follow(path) -> tuple[kmsg.KernelLog, list]:
+    got: list = []
+    reader = kmsg.KernelLog(str(path), lambda bus, xid: got.append(xid))
+    assert reader.start() == ""
+    return reader, got
+
+
+def _xids(path, n: int, xid: int, mode: str = "ab") -> None:
+    with open(path, mode) as f:
+        for i in range(n):
+            f.write(f"4,{i},1,-;NVRM: Xid (PCI:{DEFAULT_BUS_1}): {xid}, pid={i}, n\n".encode())
+
+
+def test_a_kernel_log_file_truncated_and_rewritten_is_read_again(tmp_path):
+    """A logger's file truncated, then rewritten (longer than before, or shorter): every
+    XID written after the reader started is counted, 30 of 30."""
+    path = tmp_path / "kern.log"
+    path.write_bytes(b"")
+    reader, got = _follow(path)
+    try:
+        _xids(path, 10, 79)
+        until("the first ten", lambda: len(got) == 10)
+        _xids(path, 15, 119, "wb")  # truncated and rewritten past the old end
+        until("the rewrite", lambda: len(got) == 25)
+        _xids(path, 5, 120, "wb")  # truncated and rewritten shorter
+        until("the short rewrite", lambda: len(got) == 30)
+        assert got == [79] * 10 + [119] * 15 + [120] * 5
+    finally:
+        reader.stop()
+
+
+def test_a_rotated_kernel_log_file_is_followed_to_the_new_one(tmp_path):
+    """logrotate's rename and create: the old file's last lines, then the new file's."""
+    path = tmp_path / "kern.log"
+    path.write_bytes(b"")
+    reader, got = _follow(path)
+    try:
+        _xids(path, 3, 79)
+        until("the first", lambda: len(got) == 3)
+        os.rename(path, tmp_path / "kern.log.1")
+        _xids(tmp_path / "kern.log.1", 2, 79)  # written before the logger reopened
+        _xids(path, 4, 120)  # the new file
+        until("both", lambda: len(got) == 9)
+        _xids(path, 1, 119)
+        until("the new file's next line", lambda: len(got) == 10)
+        assert got == [79] * 5 + [120] * 4 + [119]
+    finally:
+        reader.stop()
