@@ -204,7 +204,7 @@ class Session:
             self._summarized = True
             names = sorted(self.unsupported)
         if names:
-            shown = ", ".join(n.removeprefix("DCGM_FI_") for n in names[:_NAMED])
+            shown = ", ".join(names[:_NAMED])
             more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
             log.info(
                 "%d enabled field(s) not available on at least one GPU; omitted there: "
