@@ -147,7 +147,8 @@ def run_check(cfg: Config) -> int:
         print(f"gpu-exporter: error: {one_line(p)}", file=sys.stderr)
     if catalog is not None:
         names = [m.name for m in catalog.metrics + catalog.labels]
-        head = f"ok: {len(catalog.metrics)} metrics, {len(catalog.labels)} label fields:"
+        verdict = "not ok (the errors above)" if problems else "ok"
+        head = f"{verdict}: {len(catalog.metrics)} metrics, {len(catalog.labels)} label fields:"
         print(_listing(head, names))
         for line in skipped_lines(catalog):
             print(line)

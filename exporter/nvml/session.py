@@ -63,6 +63,10 @@ class DriverGone(NvmlProblem):
     use it again."""
 
 
+# nvmlInit's codes on a host without NVIDIA's driver (its library, or its kernel module)
+NO_DRIVER = frozenset({N.NVML_ERROR_LIBRARY_NOT_FOUND, N.NVML_ERROR_DRIVER_NOT_LOADED})
+
+
 class CallFailed(NvmlProblem):
     """Any other error (INVALID_ARGUMENT, UNKNOWN, ...): this call failed; try next cycle."""
 

@@ -32,3 +32,16 @@ def test_nvidia_1x_csv_passes_check_under_its_own_names():
     p = check("-f", str(FIXTURES / "nvidia-4.8.2" / "1.x-compatibility-metrics.csv"))
     assert (p.returncode, p.stderr) == (0, "")
     assert p.stdout.startswith("ok: 20 metrics, 0 label fields: dcgm_sm_clock, dcgm_memory_clock")
+
+
+def test_check_with_a_problem_does_not_say_ok(tmp_path):
+    p = check("-k", "--pod-resources-kubelet-socket", str(tmp_path / "kubelet.sock"))
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "kubelet.sock" in p.stderr and "error:" in p.stderr
+    assert not p.stdout.startswith("ok") and p.stdout.startswith("not ok (the errors above): ")
+
+
+def test_help_names_the_node_label_and_both_device_kinds():
+    text = " ".join(run("--help").stdout.split())
+    assert "-n [BOOL], --no-hostname [BOOL] leave out the node label (hostname, or Hostname" in text
+    assert "or both g[:IDS]+i[:IDS]" in text
