@@ -364,11 +364,12 @@ _label("DCGM_FI_DEV_SERIAL", Call("nvmlDeviceGetSerial"))
 _label("DCGM_FI_DEV_UUID", Call("nvmlDeviceGetUUID"))
 _label("DCGM_FI_DEV_VBIOS_VERSION", Call("nvmlDeviceGetVbiosVersion"))
 _label("DCGM_FI_DEV_INFOROM_IMAGE_VER", Call("nvmlDeviceGetInforomImageVersion"))
-# nvmlBrandType_t 0-16, by name (an unknown number reads Unknown, as in DCGM)
+# nvmlBrandType_t 0-16, by the names DCGM gives them (DcgmCacheManager.cpp 10453-10468:
+# "Grid", "NVIDIA vGaming"); an unknown number reads Unknown, as in DCGM
 _BRANDS = (
-    "Unknown", "Quadro", "Tesla", "NVS", "GRID", "GeForce", "Titan",
+    "Unknown", "Quadro", "Tesla", "NVS", "Grid", "GeForce", "Titan",
     "NVIDIA Virtual Applications", "NVIDIA Virtual PC", "NVIDIA Virtual Compute Server",
-    "NVIDIA RTX Virtual Workstation", "NVIDIA Cloud Gaming", "Quadro RTX", "NVIDIA RTX",
+    "NVIDIA RTX Virtual Workstation", "NVIDIA vGaming", "Quadro RTX", "NVIDIA RTX",
     "NVIDIA", "GeForce RTX", "Titan RTX",
 )  # fmt: skip
 _label(

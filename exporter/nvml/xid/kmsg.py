@@ -1,7 +1,8 @@
 """XIDs from the kernel log (/dev/kmsg), read in a thread of their own.
 
 The NVIDIA driver reports every XID in the kernel log as
-``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <details>``. DCGM 4.x reads
+``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <details>`` (one on a MIG instance
+as ``Xid (PCI:0000:3b:00 GPU-I:02 GPU-CI:00): ...``, counted on its GPU). DCGM 4.x reads
 XIDs 79 (GPU fallen off the bus), 119 and 120 (GSP timeout and error) from there,
 since NVML events may never carry them; :data:`KERNEL_XIDS` are those codes.
 
@@ -35,8 +36,11 @@ MAX_LINE = 4096
 MAX_RECORDS_PER_S = 20_000
 WAIT_S = 1.0  # a poll's timeout: the thread sees a stop within this
 EOF_WAIT_S = 0.2  # a regular file at its end: look again after this
+# The open driver's forms (kernel_rc.c): ``Xid (PCI:0000:3b:00)``, and for a MIG instance
+# (XID_PRINT_WITH_ATTR) ``Xid (PCI:0000:3b:00 GPU-I:02)`` or ``... GPU-I:02 GPU-CI:00)``
 _XID = re.compile(
-    rb"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})[^)]{0,4}\): (\d{1,5}),"
+    rb"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})[^) ]{0,4}"
+    rb"(?: GPU-I:\d{1,3}(?: GPU-CI:\d{1,3})?)?\): (\d{1,5}),"
 )
 
 BusKey = tuple[int, int, int]  # PCI domain, bus, device

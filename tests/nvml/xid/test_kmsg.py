@@ -11,6 +11,7 @@ import pynvml
 
 from exporter.nvml.xid import kmsg
 from exporter.sim import Fault
+from exporter.sim.kmsg import xid_text
 from tests.support.simnode import node, until
 
 DEFAULT_BUS_1 = "0000:2a:00"  # GPU 1 of the default fleet: 00000000:2A:00.0
@@ -104,3 +105,27 @@ def test_the_rest_of_a_line_too_long_is_not_read_as_a_line():
     lines.feed(b"NVRM: Xid (PCI:0000:2a:00): 119, tail\n")
     lines.feed(b"4,2,2,-;NVRM: Xid (PCI:0000:2a:00): 120, pid=1, next line\n")
     assert got == [120]
+
+
+def test_every_form_the_open_driver_prints_is_read():
+    """NVML-REVIEW N6: kernel_rc.c prints an XID on a MIG instance with its instance ids
+    (XID_PRINT_WITH_ATTR); each form is the GPU's XID, and a malformed one is not."""
+    lines = [
+        b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, fallen off",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:02): 79, pid=1, name=x, fallen off",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:02 GPU-CI:00): 79, pid=1, name=x, fallen off",
+    ]
+    assert [kmsg.parse(line) for line in lines] == [((0, 0x3B, 0), 79)] * 3
+    for bad in (
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:): 79, x",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-CI:00): 79, x",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:02 junk): 79, x",
+    ):
+        assert kmsg.parse(bad) is None, bad
+
+
+def test_the_simulator_writes_each_form_the_reader_reads():
+    for gi, ci in ((None, None), (3, None), (3, 1)):
+        text = xid_text("00000000:3B:00.0", 13, "Graphics Exception", gi=gi, ci=ci)
+        assert ("GPU-I:03" in text) is (gi is not None)
+        assert kmsg.parse(text.encode()) == ((0, 0x3B, 0), 13)
