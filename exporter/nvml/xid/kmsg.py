@@ -8,8 +8,9 @@ since NVML events may never carry them; :data:`KERNEL_XIDS` are those codes.
 
 /dev/kmsg gives one record per read, ``<prio>,<seq>,<usec>,<flags>;<text>``
 followed by continuation lines that start with a space; a regular file or a FIFO
-(tests, the simulator) gives the same lines in chunks. Records already in the log
-when the reader starts are skipped: it counts what happens while it runs. Every
+(tests, the simulator) gives the same lines in chunks. The log is read from its
+oldest record, as DCGM reads it: XIDs 79, 119, 120 the kernel still holds from before
+the start count too (only they are counted from here, so none twice). Every
 input is bounded: a read takes at most READ_BYTES, a line longer than MAX_LINE is
 dropped, at most MAX_RECORDS_PER_S records are looked at a second (the kernel keeps
 the rest; when its ring buffer overwrote some, the read says so with EPIPE and the
@@ -18,7 +19,6 @@ loss is counted), and nothing is kept but the current line.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -86,8 +86,9 @@ class KernelLog:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
             return f"cannot read {self.path}: {e.strerror}"
-        with contextlib.suppress(OSError):  # a FIFO cannot seek
-            os.lseek(fd, 0, os.SEEK_END)  # /dev/kmsg: past the records already logged
+        # Read from the oldest record the kernel still holds, as DCGM's DcgmKmsgReader does
+        # (open, no seek): an XID 79 logged while the exporter was restarting (its own
+        # exit-3 restart after the GPU fell off the bus) is counted, not lost.
         self._thread = threading.Thread(
             target=self._run, args=(fd,), name="kernel-log", daemon=True
         )

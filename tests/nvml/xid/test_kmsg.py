@@ -31,15 +31,17 @@ def record(path, text: str, seq: int = 1) -> None:
 def test_xid_79_comes_from_the_kernel_log_with_the_nvml_event_path_silent(tmp_path):
     log = tmp_path / "kmsg"
     with node(kernel_log=str(log)) as n:
-        # logged before the exporter started: not counted (its counters start with it)
+        # logged before the exporter started (NVML-REVIEW N7): counted, as DCGM reads
+        # /dev/kmsg from its oldest record (DcgmKmsgReader.cpp:197, open without a seek)
         record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 120, pid=1, name=x, before")
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 13, pid=1, name=x, not from here")
         n.cycle()
         [evset] = n.driver.events.sets.values()
         n.driver.inject(Fault("xid", gpu=1, xid=79))
         n.driver.inject(Fault("xid", gpu=2, xid=119, count=2))
         assert not evset.queue  # NVML never delivered them
-        until("the kernel log's XIDs", lambda: len(counts(n.col)) == 2)
-        assert counts(n.col) == {(1, None, 79): 1, (2, None, 119): 2}
+        until("the kernel log's XIDs", lambda: len(counts(n.col)) == 3)
+        assert counts(n.col) == {(1, None, 120): 1, (1, None, 79): 1, (2, None, 119): 2}
         assert dict(n.cycle().xid.last)[n.driver.gpus[1].uuid] == 79
 
 
