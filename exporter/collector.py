@@ -86,6 +86,7 @@ class Collector:
         self._quarantine: dict[str, float] = {}
         self._opened = False
         self._inventory = Inventory()
+        self._said_no_gpu = False  # the warning that NVML sees no GPU, given once
 
     def set_catalog(self, catalog: Catalog, groups: tuple[Group, ...] = ()) -> None:
         """Read the fields ``catalog`` lists from the next cycle on (metrics-file reload).
@@ -163,6 +164,7 @@ class Collector:
         self._forget_gone(inv)
         self._recheck_mig_changes(inv)
         self._inventory = inv
+        self._warn_no_gpu(inv)
 
         values: dict[str, dict[str, Value]] = {}
         procs: dict[str, tuple[ProcUse, ...]] = {}
@@ -336,6 +338,17 @@ class Collector:
         by_index = self.p2p.read(gpus)
         self.busy_with = ""
         return MappingProxyType({g.key: by_index[g.index] for g in gpus if g.index in by_index})
+
+    def _warn_no_gpu(self, inv: Inventory) -> None:
+        """Say once when NVML sees no GPU at all: every GPU series is then absent."""
+        if inv.gpus or inv.lost or self._said_no_gpu:
+            return
+        self._said_no_gpu = True
+        log.warning(
+            "NVML sees 0 GPUs: no GPU series are served; give the container the GPUs "
+            "(NVIDIA_VISIBLE_DEVICES=all with the NVIDIA container runtime, or the node's "
+            "/dev/nvidia* devices)"
+        )
 
     def _check_slow(self, gpu: Device, spent: float) -> None:
         """Set a GPU aside for QUARANTINE_S when its calls took longer than ``slow_s``."""

@@ -40,7 +40,7 @@ from exporter.exposition.build import Builder, Exposition
 from exporter.exposition.jobs import job_key
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.frame import Held, Workloads
-from exporter.nvml.session import DriverGone
+from exporter.nvml.session import NO_DRIVER, DriverGone
 from exporter.runtime.heap import Trimmer, limit_arenas
 from exporter.runtime.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
@@ -58,6 +58,10 @@ STEPS = ("collect", "attribution", "publish")
 STUCK_LOG_S = 60.0  # a hung cycle is logged when found, then at most this often
 STEP_LOG_S = 60.0  # a failing step of the cycle is logged at most this often
 EXIT_NVML = 3  # the process's exit status when NVML is unusable
+NO_DRIVER_HINT = (
+    " (no NVIDIA driver on this host: to try the exporter without one, --simulate serves "
+    "a simulated node)"
+)
 
 
 class Poller:
@@ -96,6 +100,7 @@ class Poller:
         self.on_fatal: Callable[[], None] = lambda: None  # then called, once
         self._trimmer = Trimmer()
         self.collections = getattr(cfg, "collections", ())
+        self.simulated = bool(getattr(cfg, "simulate", False))  # no --simulate hint then
         job_dir, socket = getattr(cfg, "hpc_job_dir", None), getattr(cfg, "container_socket", None)
         self.job_files: JobFiles | None = None
         if job_dir:  # the job files' reader and the container client: only when asked for
@@ -263,11 +268,13 @@ class Poller:
         """NVML is unusable: say so once and end the loop; the process is to exit."""
         self.selfmetrics.collections["failure"] += 1
         self.exit_status = EXIT_NVML
+        no_driver = why.function == "nvmlInit" and why.code in NO_DRIVER and not self.simulated
         log.error(
             "NVML unusable: %s; exiting (status %d) so that the container restarts "
-            "with the driver's library as installed now",
+            "with the driver's library as installed now%s",
             why,
             EXIT_NVML,
+            NO_DRIVER_HINT if no_driver else "",
         )
         self.on_fatal()
 

@@ -19,7 +19,8 @@ from tests.support.catalogs import ALL_ROWS
 from tests.support.exposition import Stages
 
 ROOT = Path(__file__).parents[1]
-MIXED = ROOT / "tests" / "fixtures" / "fleets" / "mixed.yaml"
+FIXTURES_FLEETS = ROOT / "tests" / "fixtures" / "fleets"
+MIXED = FIXTURES_FLEETS / "mixed.yaml"
 
 
 def render(snap, catalog):
@@ -117,7 +118,7 @@ def test_unsupported_is_omitted_and_logged_once(node, caplog):
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
     summary = [m for m in info if "not available on at least one GPU" in m]
     assert len(summary) == 1
-    assert "DEV_POWER_USAGE" in summary[0]  # the one line names what is missing
+    assert "DCGM_FI_DEV_POWER_USAGE" in summary[0]  # named in full, as the CSV names it
     assert not [m for m in info if " not available on GPU" in m]
     errors = {(f, c): n for f, c, n in col.session.error_counts()}
     assert errors[("nvmlDeviceGetPowerUsage", "NOT_SUPPORTED")] == 1  # never asked again
@@ -263,3 +264,20 @@ def test_board_limits_read_once_per_device(node):
     assert calls["nvmlDeviceGetClockInfo"] > 0  # what moves is still read every cycle
     assert by_gpu(steady, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")
     assert len(by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")) == 8
+
+
+@pytest.mark.parametrize("node", [FIXTURES_FLEETS / "no-gpus.yaml"], indirect=True)
+def test_no_gpu_at_all_is_said_once(node, caplog):
+    _, col, clock = node
+    with caplog.at_level(logging.WARNING, logger="exporter"):
+        for _ in range(3):
+            assert cycle(col, clock).gpus == ()
+    said = [r.getMessage() for r in caplog.records if "NVML sees 0 GPUs" in r.getMessage()]
+    assert len(said) == 1 and "NVIDIA_VISIBLE_DEVICES" in said[0]
+
+
+def test_gpus_present_say_nothing_of_none(node, caplog):
+    _, col, clock = node
+    with caplog.at_level(logging.WARNING, logger="exporter"):
+        cycle(col, clock)
+    assert not [r for r in caplog.records if "0 GPUs" in r.getMessage()]

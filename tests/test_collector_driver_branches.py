@@ -60,9 +60,15 @@ def test_process_entries_are_read_with_the_drivers_layout(driver):
         assert [(p.pid, p.used_mib) for p in procs] == [(4101, 20480), (4102, 16384), (4103, 8192)]
 
 
-def test_xids_through_the_first_event_wait_when_v2_is_missing():
+V2_MISSING = {"missing_functions": ["nvmlEventSetWait_v2"]}
+# NVML-REVIEW N15: DCGM takes the first wait when v2 answers NOT_SUPPORTED too (DCM:7823-7827)
+V2_UNSUPPORTED = {"faults": [{"at": 0, "kind": "not_supported", "function": "nvmlEventSetWait_v2"}]}
+
+
+@pytest.mark.parametrize("v2", [V2_MISSING, V2_UNSUPPORTED], ids=["missing", "not-supported"])
+def test_xids_through_the_first_event_wait_when_v2_is_missing(v2):
     fleet = {
-        "missing_functions": ["nvmlEventSetWait_v2"],
+        **v2,
         "gpus": [{"model": H100}, {"model": H100, "mig": [{"profile": "3g.40gb"}]}],
     }
     with node(fleet) as n:

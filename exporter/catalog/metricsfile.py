@@ -1,12 +1,14 @@
 """The metrics file: dcgm-exporter's CSV format (``FIELD, type, help``) to metric specs.
 
 Parsing is strict where a mistake would silently lose data (wrong column count,
-unknown type, a name that cannot be a metric name, a file with no rows: a
-:class:`CatalogError` naming file and line) and lenient where dcgm-exporter is
-(``#`` comments, padding spaces, blank lines). A row naming a field NVML cannot
-serve, or one this exporter does not know, is skipped with its reason, so
-NVIDIA's own CSVs load. A field listed twice (NVIDIA's 1.x CSV lists two PCIe rows
-twice) is served once, as its later row says; the catalog names both lines.
+unknown type, a name that cannot be a metric name, a name DCGM does not know,
+a file with no rows: a :class:`CatalogError` naming file and line) and lenient
+where dcgm-exporter is (``#`` comments, padding spaces, blank lines). Each row is
+served under its name as written, as dcgm-exporter serves it (a 1.x name such as
+``dcgm_gpu_temp`` stays that name; -o renames labels only). A DCGM field NVML
+cannot serve is skipped with its reason, so NVIDIA's own CSVs load. A name listed
+twice (NVIDIA's 1.x CSV lists two PCIe rows twice) is served once, as its later row
+says; the catalog names both lines.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
+from exporter.catalog.fieldnames import dcgm_names, suggest
 from exporter.catalog.unserved import UNSERVED
 from exporter.config.files import ConfigFileError, read_config_file
 from exporter.nvml.fields import FIELDS, Field
@@ -37,7 +40,7 @@ RATES = frozenset(
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
     }
 )
-UNKNOWN = "not a field this exporter knows (docs/compatibility.md lists them)"
+NO_SOURCE = "a DCGM field NVML cannot serve (docs/compatibility.md lists the fields served)"
 
 
 class CatalogError(ValueError):
@@ -79,8 +82,8 @@ class Catalog:
     metrics: tuple[MetricSpec, ...]
     labels: tuple[MetricSpec, ...]
     skipped: tuple[Skipped, ...]
-    old_names: bool = False  # served under dcgm-exporter 1.x names (-o)
-    # fields listed more than once: (name as the later row writes it, earlier line, later line)
+    old_names: bool = False  # -o: labels under dcgm-exporter 1.x names (metric names as written)
+    # names listed more than once: (name, earlier line, later line)
     duplicates: tuple[tuple[str, int, int], ...] = ()
 
     def names(self) -> frozenset[str]:
@@ -102,7 +105,7 @@ def names_1x() -> dict[str, str]:
 def load(path: str | Path, old_names: bool = False) -> Catalog:
     """Read and validate a metrics file; raises :class:`CatalogError` on any malformed row.
 
-    ``old_names``: serve fields under their dcgm-exporter 1.x names where they have one.
+    ``old_names`` (-o) is kept with the catalog; rows are served under their names as written.
     """
     try:  # a regular file of bounded size: a FIFO or /dev/zero is refused at once
         text = read_config_file(str(path), "metrics file", MAX_BYTES)
@@ -114,12 +117,12 @@ def load(path: str | Path, old_names: bool = False) -> Catalog:
 def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalog:
     """Parse metrics-file text; ``path`` only names the source in error messages.
 
-    A field listed again replaces its earlier row in place (type, help, name as
-    written): the later row wins, as a later setting does in a config file, and
-    the field stays one family, one series per device. Serving both rows would
+    A name listed again replaces its earlier row in place (type, help): the later
+    row wins, as a later setting does in a config file, and the name stays one
+    family, one series per device. Serving both rows would
     publish the same series twice, which Prometheus counts as duplicate samples.
     """
-    entries: dict[str, MetricSpec | Skipped] = {}  # by field, in the order first listed
+    entries: dict[str, MetricSpec | Skipped] = {}  # by name, in the order first listed
     duplicates: list[tuple[str, int, int]] = []
     rows = 0
     reader = csv.reader(io.StringIO(text), skipinitialspace=True, strict=True)
@@ -131,8 +134,8 @@ def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalo
             if rows >= MAX_ROWS:
                 raise CatalogError(f"{path}:{lineno}: more than {MAX_ROWS} rows; list fewer")
             rows += 1
-            spec = _row(row, path, lineno, old_names)
-            key = spec.name if isinstance(spec, Skipped) else spec.field.name
+            spec = _row(row, path, lineno)
+            key = spec.name  # as written: two names of one field are two families
             earlier = entries.get(key)
             if earlier is not None:
                 duplicates.append((row[0].strip(), earlier.line, lineno))
@@ -159,7 +162,7 @@ def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalo
     )
 
 
-def _row(row: list[str], path: str, lineno: int, old: bool) -> MetricSpec | Skipped:
+def _row(row: list[str], path: str, lineno: int) -> MetricSpec | Skipped:
     fields = [c.strip() for c in row]
     if len(fields) != 3:
         raise CatalogError(
@@ -180,19 +183,30 @@ def _row(row: list[str], path: str, lineno: int, old: bool) -> MetricSpec | Skip
         )
     field = FIELDS.get(names_1x().get(name, name))
     if field is None:
-        return Skipped(name, lineno, UNSERVED.get(name, UNKNOWN))
+        return Skipped(name, lineno, _not_served(name, path, lineno))
     if typ in ("histogram", "summary"):
         return Skipped(name, lineno, f"type {typ} has no NVML source; list it as gauge or counter")
     if (typ == "label") != field.is_label:
         want = "label" if field.is_label else "gauge or counter"
         return Skipped(name, lineno, f"served as a {want} field here; list it as {want}")
-    if old:
-        name = _old_by_field().get(field.name, name)
-    elif name != field.name:
-        name = field.name  # a 1.x name without -o: served under the DCGM name
     return MetricSpec(name, typ, help_text, lineno, field)
 
 
+def _not_served(name: str, path: str, lineno: int) -> str:
+    """Why a known name is not served; a :class:`CatalogError` for a name DCGM does not know."""
+    if name in UNSERVED:
+        return UNSERVED[name]
+    if name in dcgm_names():
+        return NO_SOURCE
+    near = suggest(name, known_names())
+    hint = f"did you mean {near}? " if near else ""
+    raise CatalogError(
+        f"{path}:{lineno}: {name[:80]!r} is not a DCGM field, a dcgm-exporter 1.x name or a "
+        f"DCGM_EXP_* family; {hint}fix or remove the row (docs/compatibility.md lists the fields)"
+    )
+
+
 @cache
-def _old_by_field() -> dict[str, str]:
-    return {v: k for k, v in names_1x().items()}
+def known_names() -> frozenset[str]:
+    """Every name a metrics-file row may give: DCGM's fields, the 1.x names, ours."""
+    return dcgm_names() | frozenset(names_1x()) | frozenset(FIELDS) | frozenset(UNSERVED)

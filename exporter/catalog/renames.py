@@ -1,4 +1,4 @@
-"""The DCGM 4.7 names dcgm-exporter 4.9 serves in place of older ones, and their units.
+"""The names dcgm-exporter 4.9 and 4.10 serve in place of older ones, and their units.
 
 One table, ``exporter/catalog/dcgm-names.csv``, says for each renamed field its old and new
 name, the unit of each, and the factor between them (new value = old value x factor).
@@ -30,7 +30,7 @@ STATUSES = ("confirmed", "unconfirmed")
 
 @dataclass(frozen=True, slots=True)
 class Rename:
-    """One row: ``new`` (DCGM 4.7) serves ``old``'s reading in ``unit``, times ``factor``."""
+    """One row: ``new`` (since ``since``) serves ``old``'s reading in ``unit``, times ``factor``."""
 
     old: str
     new: str
@@ -39,6 +39,7 @@ class Rename:
     num: int  # the factor, exactly: num / den (the exporter needs no fractions module)
     den: int
     confirmed: bool
+    since: str = "4.9"  # the dcgm-exporter release that renames it
 
     @property
     def is_label(self) -> bool:
@@ -82,11 +83,13 @@ def parse(text: str, source: str = str(TABLE)) -> tuple[Rename, ...]:
             header = False
             continue
         cells = [c.strip() for c in row]
-        if len(cells) != 6 or cells[5] not in STATUSES:
-            raise ValueError(f"{source}:{rows.line_num}: expected 6 columns ending in a status")
-        old, new, old_unit, unit, factor, status = cells
+        if len(cells) != 7 or cells[5] not in STATUSES:
+            raise ValueError(
+                f"{source}:{rows.line_num}: expected 7 columns: a status, then a release"
+            )
+        old, new, old_unit, unit, factor, status, since = cells
         num, den = _ratio(factor, f"{source}:{rows.line_num}")
-        out.append(Rename(old, new, old_unit, unit, num, den, status == "confirmed"))
+        out.append(Rename(old, new, old_unit, unit, num, den, status == "confirmed", since))
     return tuple(out)
 
 

@@ -6,7 +6,8 @@ exporter's HTTP timeouts; an unparsable one is a warning and keeps the default, 
 dcgm-exporter does. The other startup rules are dcgm-exporter's: ``--container-labels``
 needs a socket (with ``-k`` it is ignored with a warning), ``--max-concurrent-scrapes``
 must be positive, ``--dcgm-log-level`` one of DCGM's levels, ``--enable-pprof`` needs
-``--web-config-file``, and DCGM's watch retention cannot keep nothing.
+``--web-config-file`` (these two only from 4.8.3: under ``--dcgm-exporter-version 4.8.2``
+each is a warning), and DCGM's watch retention cannot keep nothing.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def apply(r: Resolver, cfg: Config) -> Config:
             "process_*) are always served; its alerts and /ready rely on them"
         )
     _retention(r)
-    _dcgm_only_checks(r, cfg)
+    _dcgm_only_checks(r, cfg, notices)
     if cfg.web_systemd_socket:
         out["systemd_fds"] = systemd_fds(r.env)
     out["notices"] = cfg.notices + tuple(notices)
@@ -161,16 +162,22 @@ def _retention(r: Resolver) -> None:
         )
 
 
-def _dcgm_only_checks(r: Resolver, cfg: Config) -> None:
+def _dcgm_only_checks(r: Resolver, cfg: Config, notices: list[str]) -> None:
+    """dcgm-exporter 4.8.3's startup errors; under 4.8.2, which had none, warnings."""
+    problems = []
     value, src = r.flag("dcgm-log-level")
     if value is not None and value.upper() not in DCGM_LOG_LEVELS:
-        raise ConfigError(f"{src}: {value[:40]!r} is not a DCGM log level; use "
-                          f"{', '.join(DCGM_LOG_LEVELS)}")  # fmt: skip
+        problems.append(f"{src}: {value[:40]!r} is not a DCGM log level; use "
+                        f"{', '.join(DCGM_LOG_LEVELS)}")  # fmt: skip
     if r.dcgm_boolean("enable-pprof") and not cfg.web_config_file:
-        raise ConfigError(
+        problems.append(
             "--enable-pprof needs --web-config-file (as dcgm-exporter: profiling endpoints "
             "only behind TLS or basic auth); drop --enable-pprof, it has no effect here"
         )
+    if problems and cfg.release.strict_flags:
+        raise ConfigError(problems[0])
+    why = f"accepted, as dcgm-exporter {cfg.release.name} accepts it"
+    notices.extend(f"{p} ({why})" for p in problems)
 
 
 def systemd_fds(env: Mapping[str, str]) -> tuple[int, ...]:

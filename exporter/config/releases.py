@@ -3,10 +3,11 @@
 One setting decides what differs between dcgm-exporter releases beyond the metrics
 file's own rows: the node label's name (``Hostname`` until 4.8.2, ``hostname`` since
 4.8.3), the ``GPU_CI_ID`` label on MIG series (4.8.4), the severity and category labels
-of DCGM_EXP_GPU_HEALTH_STATUS (4.8.3), and the metrics file shipped for the release
-(metric names, units and Prometheus types as that release's CSV has them; 4.9 has DCGM
-4.7's names). A metrics file with either generation's names is served as it is written
-under every setting.
+of DCGM_EXP_GPU_HEALTH_STATUS (4.8.3), the startup rules 4.8.3 added (``--enable-pprof``
+needs ``--web-config-file``, ``--dcgm-log-level`` must be one of DCGM's), and the metrics
+file shipped for the release (metric names, units and Prometheus types as that release's
+CSV has them; 4.9 has DCGM 4.7's names, 4.10 also its four ``_BYTES_PER_SECOND`` names). A
+metrics file with any generation's names is served as it is written under every setting.
 """
 
 from __future__ import annotations
@@ -23,23 +24,26 @@ class Release:
     ci_label: bool  # GPU_CI_ID beside GPU_I_ID on MIG series
     health_detail: bool  # health_error_severity and health_error_category on the health status
     metrics_file: str  # the shipped metrics file, in the package (exporter/)
+    strict_flags: bool = True  # 4.8.3's startup errors (pprof without web config, log level)
 
 
 RELEASES: dict[str, Release] = {
     r.name: r
     for r in (
-        Release("4.8.2", "Hostname", False, False, "metrics-4.8.2.csv"),
+        Release("4.8.2", "Hostname", False, False, "metrics-4.8.2.csv", strict_flags=False),
         Release("4.8.4", "hostname", True, True, "metrics.csv"),
         Release("4.9", "hostname", True, True, "metrics-4.9.csv"),
+        Release("4.10", "hostname", True, True, "metrics-4.10.csv"),
     )
 }
-ALIASES = {"4.9.0": "4.9"}
+ALIASES = {"4.9.0": "4.9", "4.10.0": "4.10"}
 DEFAULT = RELEASES["4.8.4"]
 """The newest release whose metric names and units are all confirmed: 4.9.0's release notes
 leave part of its renames to secondary sources (exporter/catalog/dcgm-names.csv marks them)."""
 
 
 def parse_release(value: str) -> Release | None:
-    """The release named ``value`` (``4.8.2``, ``4.8.4``, ``4.9`` or ``4.9.0``), else None."""
+    """The release named ``value`` (``4.8.2``, ``4.8.4``, ``4.9``, ``4.10``, or ``4.9.0``,
+    ``4.10.0``), else None."""
     v = value.strip()
     return RELEASES.get(ALIASES.get(v, v))

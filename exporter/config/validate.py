@@ -147,7 +147,8 @@ def run_check(cfg: Config) -> int:
         print(f"gpu-exporter: error: {one_line(p)}", file=sys.stderr)
     if catalog is not None:
         names = [m.name for m in catalog.metrics + catalog.labels]
-        head = f"ok: {len(catalog.metrics)} metrics, {len(catalog.labels)} label fields:"
+        verdict = "not ok (the errors above)" if problems else "ok"
+        head = f"{verdict}: {len(catalog.metrics)} metrics, {len(catalog.labels)} label fields:"
         print(_listing(head, names))
         for line in skipped_lines(catalog):
             print(line)
@@ -161,7 +162,7 @@ def duplicates_line(catalog: Catalog) -> str | None:
     if not catalog.duplicates:
         return None
     pairs = [f"{name} (lines {a} and {b})" for name, a, b in catalog.duplicates]
-    head = f"{catalog.path}: fields listed twice, each served once as its later row says:"
+    head = f"{catalog.path}: names listed twice, each served once as its later row says:"
     return _listing(head, pairs, MAX_ERROR)
 
 
@@ -170,8 +171,8 @@ def skipped_summary(catalog: Catalog) -> str:
     names = [s.name for s in catalog.skipped]
     n = len(names)
     head = (
-        f"{n} row{'' if n == 1 else 's'} of {catalog.path} not served (fields NVML cannot "
-        "serve or this exporter does not know; --check gives the reasons):"
+        f"{n} row{'' if n == 1 else 's'} of {catalog.path} not served (DCGM fields NVML "
+        "cannot serve; --check gives the reasons):"
     )
     return _listing(head, names, MAX_ERROR)
 

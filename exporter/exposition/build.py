@@ -66,13 +66,14 @@ def gzip_bytes(data: bytes) -> bytes:
 class DeviceText:
     """Label text of each device, joined once per Device object and reused across cycles."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Mapping[str, str] | None = None) -> None:
         self._cache: dict[Device, str] = {}
+        self.names = names or {}  # label name -> the name served (-o: text.OLD_LABELS)
 
     def __call__(self, dev: Device) -> str:
         got = self._cache.get(dev)
         if got is None:
-            got = self._cache[dev] = text.join(dev.labels)
+            got = self._cache[dev] = text.join(text.renamed(dev.labels, self.names))
         return got
 
     def keep(self, devices: Iterable[Device]) -> None:
@@ -105,8 +106,10 @@ class Builder:
     """Turns frames into the exposition; keeps only text across cycles (label joins,
     unchanged families, the last DCGM and accounting parts).
 
-    ``cfg`` (the Config) gives ``devices`` (-d, default ``f``) and the release (whether
-    the health status carries the error's severity and category).
+    ``cfg`` (the Config) gives ``devices`` (-d, default ``f``), the release (whether
+    the health status carries the error's severity and category), ``old_names`` (-o:
+    labels under their 1.x names) and ``kube`` (-k: a device no container holds carries
+    empty pod labels).
     """
 
     def __init__(self, selfmetrics: SelfMetrics, cfg: Any = None) -> None:
@@ -117,8 +120,11 @@ class Builder:
         self._unmatched: frozenset[int] = frozenset()
         self.copies_dropped = 0  # label sets of job and container copies left out, last cycle
         self._dropped_names: tuple[str, ...] = ()
-        self.device_text = DeviceText()
-        self.holder_text = pods.HolderText()
+        names = text.OLD_LABELS if getattr(cfg, "old_names", False) else None
+        self.device_text = DeviceText(names)
+        self.holder_text = pods.HolderText(names)
+        kube = getattr(cfg, "kube", None) is not None
+        self.nobody = self.holder_text.nobody() if kube else ""  # -k: pod="", ...
         # the DCGM part, from the last rendered frame: UTF-8 text, kept encoded so that
         # a family unchanged since the last cycle is not encoded again
         self.dcgm_parts: list[bytes] = []
@@ -168,6 +174,7 @@ class Builder:
             health_detail=self.health_detail,
             copies=copies or None,
             xid_text=frame.xid_text,
+            nobody=self.nobody,
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
@@ -207,7 +214,7 @@ class Builder:
         series_labels = {}
         for d in devices:
             own = self.device_text(d)
-            more = pod.get(d.key)
+            more = pod.get(d.key, self.nobody)
             series_labels[d.key] = f"{own},{more}" if more else own
         tg = targets(snap, self.selection)
         dev_rows, inst_rows = dcgm.rows(series_labels, tg)

@@ -49,6 +49,7 @@ class View:
     # devices under --kubernetes-virtual-gpus, HPC jobs, containers)
     copies: Mapping[str, tuple[str, ...]] | None = None
     xid_text: Mapping[int, str] = field(default_factory=dict)  # XID code -> its description
+    nobody: str = ""  # -k: the empty pod labels of a device no container holds
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -173,7 +174,8 @@ def xid_counts(spec: MetricSpec, fr: View) -> list[str]:
     out = []
     for s in fr.xids:
         where = fr.device_text(s.device)
-        who = f"{fr.holder_text(s.holder)}," if s.holder is not None else ""
+        held = fr.holder_text(s.holder) if s.holder is not None else fr.nobody
+        who = f"{held}," if held else ""
         out.append(text.sample(spec.name, f'{where},{who}xid="{s.xid}"', str(s.count)))
     return out
 

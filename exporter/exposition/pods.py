@@ -44,16 +44,23 @@ class HolderText:
     the text of pods that are gone is dropped with them, not kept until the cache fills
     (with pods replaced all day, a full cache held a few MiB of gone pods' strings)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Mapping[str, str] | None = None) -> None:
         self._cache: dict[Holder, str] = {}
+        self.names = names or {}  # label name -> the name served (-o: text.OLD_LABELS)
 
     def __call__(self, h: Holder) -> str:
         got = self._cache.get(h)
         if got is None:
             if len(self._cache) >= CACHE_MAX:
                 self._cache.clear()
-            got = self._cache[h] = text.join(holder_pairs(h))
+            got = self._cache[h] = text.join(text.renamed(holder_pairs(h), self.names))
         return got
+
+    def nobody(self) -> str:
+        """The pod labels of a device no container holds, each empty (``pod=""``): under an
+        annotation scrape with honor_labels, an absent label would take the exporter's own
+        pod from the target, while an empty one blocks it and is stored as absent."""
+        return text.join(text.renamed([(k, "") for k in text.POD_LABELS], self.names))
 
     def by_device(self, holders: Mapping[str, Holder]) -> dict[str, str]:
         """Label text per device key; from now on only these holders are kept."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from exporter.runtime.ratelimit import RateLimited
 
@@ -32,6 +32,22 @@ OWN_LABELS = {
     "GPU_I_ID": "gpu_i_id",
     "GPU_CI_ID": "gpu_ci_id",
 }
+
+
+# -o (--use-old-namespace): the DCGM series' labels under dcgm-exporter's 1.x names; metric
+# names stay as the metrics file writes them (dcgm-exporter's gpu_collector.go, kubernetes.go)
+OLD_LABELS = {
+    "UUID": "uuid",
+    "pod": "pod_name",
+    "namespace": "pod_namespace",
+    "container": "container_name",
+}
+POD_LABELS = ("pod", "namespace", "container")  # a holder's, in dcgm-exporter's order
+
+
+def renamed(pairs: Iterable[tuple[str, str]], names: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``pairs`` with each label name found in ``names`` replaced by its value there."""
+    return [(names.get(k, k), v) for k, v in pairs]
 
 
 def own_labels(

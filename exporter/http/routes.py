@@ -116,9 +116,14 @@ def _weights(accept_encoding: str) -> dict[str, float]:
 
 
 def scrub(reason: str) -> str:
-    """One line, bounded, with file-system paths replaced by ``<path>``."""
-    line = _PATH.sub("<path>", reason.splitlines()[0] if reason else "")
+    """One line, bounded, each file-system path cut to its last part (``.../kubelet.sock``):
+    the file is named, its directories are not (the log has the whole path)."""
+    line = _PATH.sub(_last_part, reason.splitlines()[0] if reason else "")
     return line[:MAX_REASON]
+
+
+def _last_part(m: re.Match[str]) -> str:
+    return ".../" + m.group(0).rstrip("/").rsplit("/", 1)[-1]
 
 
 @functools.lru_cache(maxsize=64)

@@ -86,13 +86,15 @@ _DCGM_RETURN = {
     N.NVML_ERROR_UNINITIALIZED: -56,
 }
 DCGM_ST_NVML_ERROR = -8
+DCGM_ST_BADPARAM = -1  # what DCGM publishes for a state it does not know (DCM:8094-8098)
 
 
 def manager_status(state: int, status: int) -> int:
-    """DCGM's fabric manager status (dcgmFabricManagerStatus_t) from NVML's state and status."""
+    """DCGM's fabric manager status (dcgmFabricManagerStatus_t) from NVML's state and status;
+    a state NVML's header does not name gives DCGM_ST_BADPARAM, as DCGM publishes it."""
     if state == COMPLETED:
         return 3 if status == N.NVML_SUCCESS else 4
-    return state if 0 <= state < COMPLETED else 5
+    return state if 0 <= state < COMPLETED else DCGM_ST_BADPARAM
 
 
 def values(info: Any, version: int) -> dict[str, int]:

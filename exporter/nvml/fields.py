@@ -11,6 +11,7 @@ a shared call or GPM, its entry here is its whole NVML read; docs/architecture.m
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import pynvml as N
 
+from exporter.catalog.fieldnames import aliases
 from exporter.catalog.renames import renamed, renames
 
 MIB = 1024 * 1024
@@ -362,11 +364,12 @@ _label("DCGM_FI_DEV_SERIAL", Call("nvmlDeviceGetSerial"))
 _label("DCGM_FI_DEV_UUID", Call("nvmlDeviceGetUUID"))
 _label("DCGM_FI_DEV_VBIOS_VERSION", Call("nvmlDeviceGetVbiosVersion"))
 _label("DCGM_FI_DEV_INFOROM_IMAGE_VER", Call("nvmlDeviceGetInforomImageVersion"))
-# nvmlBrandType_t 0-16, by name (an unknown number reads Unknown, as in DCGM)
+# nvmlBrandType_t 0-16, by the names DCGM gives them (DcgmCacheManager.cpp 10453-10468:
+# "Grid", "NVIDIA vGaming"); an unknown number reads Unknown, as in DCGM
 _BRANDS = (
-    "Unknown", "Quadro", "Tesla", "NVS", "GRID", "GeForce", "Titan",
+    "Unknown", "Quadro", "Tesla", "NVS", "Grid", "GeForce", "Titan",
     "NVIDIA Virtual Applications", "NVIDIA Virtual PC", "NVIDIA Virtual Compute Server",
-    "NVIDIA RTX Virtual Workstation", "NVIDIA Cloud Gaming", "Quadro RTX", "NVIDIA RTX",
+    "NVIDIA RTX Virtual Workstation", "NVIDIA vGaming", "Quadro RTX", "NVIDIA RTX",
     "NVIDIA", "GeForce RTX", "Titan RTX",
 )  # fmt: skip
 _label(
@@ -383,6 +386,8 @@ _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.bus
 for _r in renames():
     if _r.new not in FIELDS:
         _add(renamed(FIELDS[_r.old], _r))  # the old field's reading, new name and unit
+for _alias, _same in aliases().items():  # DCGM 4.6 canonical names: same field ID, same unit
+    _add(dataclasses.replace(FIELDS[_same], name=_alias))
 
 
 def with_inputs(fields: Iterable[Field]) -> list[Field]:

@@ -63,6 +63,10 @@ class DriverGone(NvmlProblem):
     use it again."""
 
 
+# nvmlInit's codes on a host without NVIDIA's driver (its library, or its kernel module)
+NO_DRIVER = frozenset({N.NVML_ERROR_LIBRARY_NOT_FOUND, N.NVML_ERROR_DRIVER_NOT_LOADED})
+
+
 class CallFailed(NvmlProblem):
     """Any other error (INVALID_ARGUMENT, UNKNOWN, ...): this call failed; try next cycle."""
 
@@ -204,7 +208,7 @@ class Session:
             self._summarized = True
             names = sorted(self.unsupported)
         if names:
-            shown = ", ".join(n.removeprefix("DCGM_FI_") for n in names[:_NAMED])
+            shown = ", ".join(names[:_NAMED])
             more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
             log.info(
                 "%d enabled field(s) not available on at least one GPU; omitted there: "

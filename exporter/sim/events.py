@@ -86,6 +86,8 @@ def _wait(drv: DriverView, set_handle: Any, data_ref: Any, timeout_ms: Any, v2: 
             error = drv.node_error(now)
             if error:
                 return error
+            if v2 and "nvmlEventSetWait_v2" in drv.unsupported_functions:
+                return pynvml.NVML_ERROR_NOT_SUPPORTED  # a node-wide not_supported fault
             es = drv.events.sets.get(key)
             if es is None or es.freed:
                 return pynvml.NVML_ERROR_INVALID_ARGUMENT

@@ -220,16 +220,17 @@ class Xid(FaultKind):
         that affect the whole device are reported)."""
         assert gpu is not None
         xid = _need(f.xid, "xid")
-        if driver.kernel_log is not None:
-            text = kmsg.xid_text(gpu.spec.pci_bus_id, xid, _XID_TEXT.get(xid, "Graphics Exception"))
-            for _ in range(f.count):
-                driver.kernel_log.write(text)
-        if xid in KERNEL_LOG_ONLY or (f.gi is not None and not driver.fleet.mig_monitor):
-            return
         ci = None
         if f.gi is not None:
             mig = gpu.mig_by_gi(f.gi)
             ci = mig.ci if mig is not None else 0
+        if driver.kernel_log is not None:
+            detail = _XID_TEXT.get(xid, "Graphics Exception")
+            text = kmsg.xid_text(gpu.spec.pci_bus_id, xid, detail, gi=f.gi, ci=ci)
+            for _ in range(f.count):
+                driver.kernel_log.write(text)
+        if xid in KERNEL_LOG_ONLY or (f.gi is not None and not driver.fleet.mig_monitor):
+            return
         kind = pynvml.nvmlEventTypeXidCriticalError
         for _ in range(f.count):
             driver.events.publish(gpu, kind, xid, _at(f), f.gi, ci)

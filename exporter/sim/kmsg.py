@@ -2,7 +2,8 @@
 
 Each record is one line, ``<priority>,<sequence>,<microseconds since boot>,<flags>;<text>``,
 the form /dev/kmsg gives a reader; the NVIDIA driver's XID reports read
-``NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., GPU has fallen off the bus.``
+``NVRM: Xid (PCI:0000:18:00): 79, pid=..., name=..., GPU has fallen off the bus.``, an
+instance's ``NVRM: Xid (PCI:0000:18:00 GPU-I:02 GPU-CI:00): 13, ...``.
 The file is written with one ``write`` per record, so a reader sees whole lines.
 """
 
@@ -17,10 +18,22 @@ from pathlib import Path
 WARNING = 4  # the driver reports XIDs at KERN_WARNING
 
 
-def xid_text(bus_id: str, xid: int, detail: str, pid: int | None = None) -> str:
-    """The driver's XID line for a GPU at ``bus_id`` (``00000000:18:00.0``)."""
+def xid_text(
+    bus_id: str,
+    xid: int,
+    detail: str,
+    pid: int | None = None,
+    gi: int | None = None,
+    ci: int | None = None,
+) -> str:
+    """The driver's XID line for a GPU at ``bus_id`` (``00000000:18:00.0``), in the form of
+    the open driver's kernel_rc.c: ``Xid (PCI:%04x:%02x:%02x)``, or with a MIG instance
+    ``Xid (PCI:%04x:%02x:%02x GPU-I:%02u)`` and ``... GPU-I:%02u GPU-CI:%02u)``
+    (XID_PRINT_WITH_ATTR)."""
     domain, bus, device = bus_id.split(".")[0].split(":")
     pci = f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}"
+    if gi is not None:
+        pci += f" GPU-I:{gi:02d}" + (f" GPU-CI:{ci:02d}" if ci is not None else "")
     who = f"pid={pid}, name=python3" if pid is not None else "pid='<unknown>', name=<unknown>"
     return f"NVRM: Xid (PCI:{pci}): {xid}, {who}, {detail}"
 

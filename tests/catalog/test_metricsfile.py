@@ -6,6 +6,7 @@ import pytest
 
 from exporter.catalog.metricsfile import CatalogError, load, parse
 from exporter.config.model import default_metrics_file
+from exporter.nvml.fields import FIELDS
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "csv"
 
@@ -99,24 +100,73 @@ def test_unreadable_file(tmp_path):
         load(bad)
 
 
-def test_unknown_and_unservable_rows_are_skipped_with_reasons():
+def test_unservable_rows_are_skipped_with_reasons():
     cat = parse(
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\n"
-        "DCGM_FI_DEV_GPU_UTILL, gauge, typo\n"
+        "DCGM_FI_DEV_FB_USED_RATIO, gauge, a DCGM 4.6 field NVML has no source for\n"
         "DCGM_FI_DEV_NVSWITCH_LINK_STATUS, gauge, switch\n"
         "DCGM_FI_DRIVER_VERSION, gauge, wrong type\n",
         "m.csv",
     )
     assert [m.name for m in cat.metrics] == ["DCGM_FI_DEV_GPU_TEMP"]
     assert [(s.name, s.line) for s in cat.skipped] == [
-        ("DCGM_FI_DEV_GPU_UTILL", 2),
+        ("DCGM_FI_DEV_FB_USED_RATIO", 2),
         ("DCGM_FI_DEV_NVSWITCH_LINK_STATUS", 3),
         ("DCGM_FI_DRIVER_VERSION", 4),
     ]
     name, reason = cat.skipped[0]  # (field name, reason) pairs
-    assert name == "DCGM_FI_DEV_GPU_UTILL" and "not a field this exporter knows" in reason
+    assert name == "DCGM_FI_DEV_FB_USED_RATIO" and "a DCGM field NVML cannot serve" in reason
     assert "NVSwitch" in cat.skipped[1].reason
     assert "list it as label" in cat.skipped[2].reason
+
+
+@pytest.mark.parametrize(
+    ("name", "near"),
+    [
+        ("DCGM_FI_DEV_GPU_TEMPERATURE", "DCGM_FI_DEV_GPU_TEMP"),
+        ("DCGM_FI_DEV_GPU_UTILL", "DCGM_FI_DEV_GPU_UTIL"),
+        ("dcgm_gpu_tmp", "dcgm_gpu_temp"),
+        ("DCGM_FI_DEV_POWER_USGE", "DCGM_FI_DEV_POWER_USAGE"),
+    ],
+)
+def test_a_name_dcgm_does_not_know_is_refused_with_line_and_suggestion(name, near):
+    """dcgm-exporter refuses the file ("could not find DCGM field"); so does this one,
+    naming file, line and the nearest name from DCGM's field table."""
+    text = f"DCGM_FI_DEV_GPU_TEMP, gauge, t\n# a comment\n{name}, gauge, typo\n"
+    with pytest.raises(CatalogError) as e:
+        parse(text, "m.csv")
+    assert str(e.value).startswith(f"m.csv:3: {name!r} is not a DCGM field")
+    assert f"did you mean {near}?" in str(e.value)
+
+
+def test_a_name_far_from_any_gets_no_suggestion():
+    with pytest.raises(CatalogError) as e:
+        parse("MY_OWN_COUNTER, gauge, x\n", "m.csv")
+    assert "m.csv:1:" in str(e.value) and "did you mean" not in str(e.value)
+
+
+def test_dcgm_4_6_canonical_names_are_served_as_their_fields():
+    """DCGM 4.6's aliases (dcgm_fields.h) share the ID, so the reading, of an older field."""
+    cat = parse(
+        "DCGM_FI_DEV_BOARD_POWER_RAW_WATTS, gauge, p\n"
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL, gauge, n\n"
+        "DCGM_FI_DEV_GPU_TEMP_SLOWDOWN_CELSIUS, gauge, s\n",
+        "m.csv",
+    )
+    got = {m.name: m.field for m in cat.metrics}
+    for alias, same in (
+        ("DCGM_FI_DEV_BOARD_POWER_RAW_WATTS", "DCGM_FI_DEV_POWER_USAGE_INSTANT"),
+        ("DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),
+        ("DCGM_FI_DEV_GPU_TEMP_SLOWDOWN_CELSIUS", "DCGM_FI_DEV_SLOWDOWN_TEMP"),
+    ):
+        f, g = got[alias], FIELDS[same]
+        assert (f.field_ids, f.call, f.unit, f.scale, f.rate) == (
+            g.field_ids,
+            g.call,
+            g.unit,
+            g.scale,
+            g.rate,
+        )
 
 
 def test_every_dcgm_field_name_loads_and_serves_what_nvml_can():
@@ -131,21 +181,29 @@ def test_every_dcgm_field_name_loads_and_serves_what_nvml_can():
     assert "DCGM_FI_DEV_NVSWITCH_VOLTAGE_MVOLT" in {s.name for s in cat.skipped}
 
 
-def test_old_names_serve_the_1x_names():
+def test_names_are_served_as_written_with_or_without_old_names():
+    """dcgm-exporter serves a row under its first column as written (ExtractCounters:
+    ``FieldName = record[0]``); -o renames labels, never metrics."""
     text = (FIXTURES / "dcgm-1x-compatibility-metrics.csv").read_text()
-    cat = parse(text, "1x.csv", old_names=True)
-    names = [m.name for m in cat.metrics]
-    assert cat.skipped == ()
-    for old in ("dcgm_gpu_temp", "dcgm_power_usage", "dcgm_fb_used", "dcgm_gpu_utilization"):
-        assert old in names
-    assert {m.field.name for m in cat.metrics} >= {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"}
-    # -o also renames DCGM-named rows that have a 1.x name; the others keep theirs
-    cat = parse("DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_FB_TOTAL, gauge, f\n", "m", True)
-    assert [m.name for m in cat.metrics] == ["dcgm_gpu_temp", "DCGM_FI_DEV_FB_TOTAL"]
-    # without -o a 1.x row is served under its DCGM name
-    assert [m.name for m in parse("dcgm_gpu_temp, gauge, t\n", "m").metrics] == [
-        "DCGM_FI_DEV_GPU_TEMP"
+    for old in (False, True):
+        cat = parse(text, "1x.csv", old_names=old)
+        names = [m.name for m in cat.metrics]
+        assert cat.skipped == ()
+        for name in ("dcgm_gpu_temp", "dcgm_power_usage", "dcgm_fb_used", "dcgm_gpu_utilization"):
+            assert name in names
+        fields = {m.field.name for m in cat.metrics}
+        assert fields >= {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_USED"}
+        cat = parse("DCGM_FI_DEV_GPU_TEMP, gauge, t\ndcgm_fb_used, gauge, f\n", "m", old)
+        assert [m.name for m in cat.metrics] == ["DCGM_FI_DEV_GPU_TEMP", "dcgm_fb_used"]
+
+
+def test_two_names_of_one_field_are_two_families():
+    cat = parse("DCGM_FI_DEV_GPU_TEMP, gauge, t\ndcgm_gpu_temp, gauge, t\n", "m")
+    assert [(m.name, m.field.name) for m in cat.metrics] == [
+        ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP"),
+        ("dcgm_gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
     ]
+    assert cat.duplicates == ()
 
 
 def test_oversized_file_is_refused(tmp_path):

@@ -78,11 +78,11 @@ def test_nvidia_1x_csv_with_rows_listed_twice_starts_with_one_warning(caplog):
 def test_later_row_wins_type_and_help():
     cat = parse(
         "DCGM_FI_DEV_GPU_TEMP, gauge, first\nDCGM_FI_DEV_FB_USED, gauge, fb\n"
-        "dcgm_gpu_temp, counter, second\n",
+        "DCGM_FI_DEV_GPU_TEMP, counter, second\n",
         "m.csv",
     )
     assert [(m.name, m.type, m.help, m.line) for m in cat.metrics] == [
         ("DCGM_FI_DEV_GPU_TEMP", "counter", "second", 3),
         ("DCGM_FI_DEV_FB_USED", "gauge", "fb", 2),
     ]
-    assert cat.duplicates == (("dcgm_gpu_temp", 1, 3),)
+    assert cat.duplicates == (("DCGM_FI_DEV_GPU_TEMP", 1, 3),)

@@ -37,14 +37,17 @@ def test_every_rename_is_served_under_both_names_in_its_units() -> None:
 )  # fmt: skip
 def test_the_table_refuses_a_malformed_row(factor: str, status: str, why: str) -> None:
     with pytest.raises(ValueError, match=rf"t\.csv:3.*{why}"):
-        parse_table(f"old, new, u, u, factor, status\n\nA, B, C, C, {factor}, {status}\n", "t.csv")
+        parse_table(
+            f"old, new, u, u, f, status, since\n\nA, B, C, C, {factor}, {status}, 4.9\n", "t.csv"
+        )
 
 
 def test_factors_are_kept_exactly() -> None:
-    head = "old, new, u, u, factor, status\n"
+    head = "old, new, u, u, factor, status, since\n"
     kib, ms = parse_table(
-        head + "A, B, KiB, B, 1024.000, confirmed\nC, D, ms, s, 0.001, confirmed\n"
+        head + "A, B, KiB, B, 1024.000, confirmed, 4.9\nC, D, ms, s, 0.001, confirmed, 4.10\n"
     )
+    assert (kib.since, ms.since) == ("4.9", "4.10")
     assert (kib.num, kib.den, kib.scale) == (1024, 1, 1024.0)
     assert (ms.factor, ms.scale) == (Fraction(1, 1000), 0.001)
 
@@ -100,6 +103,7 @@ def test_the_compatibility_doc_shows_the_renames_table_as_it_is() -> None:
             r.unit,
             str(r.factor),
             "confirmed" if r.confirmed else "unconfirmed",
+            r.since,
         ]
         for r in renames()
     ]
@@ -107,7 +111,7 @@ def test_the_compatibility_doc_shows_the_renames_table_as_it_is() -> None:
 
 
 def test_the_compatibility_doc_shows_what_each_release_picks() -> None:
-    section = _section("## dcgm-exporter releases: 4.8.2, 4.8.4 and 4.9")
+    section = _section("## dcgm-exporter releases: 4.8.2, 4.8.4, 4.9 and 4.10")
     cells = {
         line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")[1:]]
         for line in section.splitlines()
@@ -120,6 +124,8 @@ def test_the_compatibility_doc_shows_what_each_release_picks() -> None:
     assert cells[detail] == ["yes" if r.health_detail else "no" for r in releases]
     shipped = [f"`exporter/catalog/{r.metrics_file}`" for r in releases]
     assert cells["shipped metrics file"] == shipped
+    strict = cells["`--enable-pprof` without `--web-config-file`, an unknown `--dcgm-log-level`"]
+    assert strict == ["an error" if r.strict_flags else "a warning" for r in releases]
 
 
 def test_the_shipped_files_differ_only_as_the_releases_do() -> None:
@@ -139,7 +145,11 @@ def test_the_shipped_files_differ_only_as_the_releases_do() -> None:
         for n, t in now.items()
         if n != "DCGM_EXP_CLOCK_EVENTS_TOTAL"
     } == old
-    renamed = {r.old: r.new for r in renames()}
+    renamed = {r.old: r.new for r in renames() if r.since == "4.9"}
     assert {renamed.get(n, n): t for n, t in now.items()} | {
         "DCGM_FI_DEV_FB_CAPACITY_BYTES": "gauge"
     } == new
+    # 4.10's file: 4.9's with the four 4.10 renames
+    later = {r.old: r.new for r in renames() if r.since == "4.10"}
+    assert {later.get(n, n): t for n, t in new.items()} == rows("metrics-4.10.csv")
+    assert set(later.values()) & set(rows("metrics-4.10.csv"))

@@ -29,6 +29,8 @@ def test_default_is_4_8_4_with_its_label_and_file():
         ("4.8.4", "4.8.4", "hostname", "metrics.csv", "DCGM_FI_DEV_SM_CLOCK"),
         ("4.9", "4.9", "hostname", "metrics-4.9.csv", "DCGM_FI_DEV_SM_CLOCK_HERTZ"),
         ("4.9.0", "4.9", "hostname", "metrics-4.9.csv", "DCGM_FI_DEV_SM_CLOCK_HERTZ"),
+        ("4.10", "4.10", "hostname", "metrics-4.10.csv", "DCGM_FI_DEV_SM_CLOCK_HERTZ"),
+        ("4.10.0", "4.10", "hostname", "metrics-4.10.csv", "DCGM_FI_DEV_SM_CLOCK_HERTZ"),
     ],
 )
 def test_each_release_picks_label_and_shipped_file(value, release, label, file, first_row):
@@ -53,15 +55,35 @@ def test_flag_wins_over_variable_and_hostname_label_over_release():
     assert Path(c.metrics_file).name == "metrics.csv" and c.release.name == "4.9"
 
 
-@pytest.mark.parametrize("value", ["4.8", "4.8.3", "latest", "5"])
+@pytest.mark.parametrize("value", ["4.8", "4.8.3", "4.11", "latest", "5"])
 def test_an_unknown_release_is_one_clear_error(value, capsys):
     with pytest.raises(
-        ConfigError, match=r"GPU_EXPORTER_DCGM_EXPORTER_VERSION.*use 4\.8\.2, 4\.8\.4, 4\.9"
+        ConfigError, match=r"GPU_EXPORTER_DCGM_EXPORTER_VERSION.*use 4\.8\.2, 4\.8\.4, 4\.9, 4\.10"
     ):
         cfg([], {"GPU_EXPORTER_DCGM_EXPORTER_VERSION": value})
     assert main(["--dcgm-exporter-version", value, "--check"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"gpu-exporter: error: --dcgm-exporter-version: {value!r} is not a dcgm-exporter "
-        "release mimicked; use 4.8.2, 4.8.4, 4.9, 4.9.0"
+        "release mimicked; use 4.8.2, 4.8.4, 4.9, 4.10, 4.9.0, 4.10.0"
     ]
+
+
+def test_4_10_serves_the_pcie_rates_under_their_new_names():
+    rows = load(cfg(["--dcgm-exporter-version", "4.10"]).metrics_file)
+    names = {m.name for m in rows.metrics}
+    assert {
+        "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+        "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND",
+    } <= names
+    assert "DCGM_FI_PROF_PCIE_TX_BYTES" not in names
+
+
+@pytest.mark.parametrize("flag", [["--enable-pprof"], ["--dcgm-log-level", "LOUD"]])
+def test_4_8_3_startup_errors_are_warnings_under_4_8_2(flag):
+    """4.8.3 made pprof without a web config and an unknown DCGM log level startup errors;
+    4.8.2 started with either, and so does a node mimicking it."""
+    with pytest.raises(ConfigError):
+        cfg(flag)
+    c = cfg(["--dcgm-exporter-version", "4.8.2", *flag])
+    assert any("accepted, as dcgm-exporter 4.8.2 accepts it" in n for n in c.notices)

@@ -205,7 +205,7 @@ def test_check_mode_summarises_long_lists():
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert all(len(line) <= 200 for line in lines), lines
-    unknown = next(line for line in lines if "not a field this exporter knows" in line)
+    unknown = next(line for line in lines if "a DCGM field NVML cannot serve" in line)
     assert "DCGM_FI_UNKNOWN" in unknown
     assert unknown.endswith(" more")
 

@@ -13,8 +13,8 @@ write dashboards), returns data; and the recording rules count each GPU once whe
 raw per-instance series would count a MIG GPU once per instance.
 
 All of it under each release the exporter can mimic (--dcgm-exporter-version, with that
-release's shipped metrics file): 4.8.2, 4.8.4 and 4.9, whose DCGM 4.7 names and units our
-dashboards and rules read as they are. Under 4.9 the dcgm-exporter-style queries are
+release's shipped metrics file): 4.8.2, 4.8.4, 4.9 and 4.10, whose new names and units our
+dashboards and rules read as they are. Under 4.9 and 4.10 the dcgm-exporter-style queries are
 asked as a team asks them once it moved its dashboards to the new names; the same queries
 with the old names answer through alerts/migration/dcgm-4.8-names.rules.yaml, on a
 second Prometheus that loads it.
@@ -83,7 +83,7 @@ def _kubeconfig(path: Path, server: str) -> Path:
     return path
 
 
-RELEASES = ("4.8.2", "4.8.4", "4.9")
+RELEASES = ("4.8.2", "4.8.4", "4.9", "4.10")
 RULES = [
     ROOT / "alerts" / name
     for name in ("gpu-recording.rules.yaml", "gpu-alerts.rules.yaml", "gpu-accounting.rules.yaml")
@@ -181,10 +181,11 @@ def _our_queries() -> list[tuple[str, str]]:
 
 def _as_served(expr: str, release: str) -> str:
     """A query as a team writes it for ``release``: the node label is ``hostname`` since
-    4.8.3, and 4.9 has DCGM 4.7's names."""
-    if release == "4.9":
+    4.8.3, 4.9 has DCGM 4.7's names, and 4.10 also its four byte rates' new names."""
+    if release in ("4.9", "4.10"):
         for r in renames():
-            expr = re.sub(rf"(?<![\w:]){r.old}(?![\w:])", r.new, expr)
+            if r.since == "4.9" or release == "4.10":
+                expr = re.sub(rf"(?<![\w:]){r.old}(?![\w:])", r.new, expr)
     return expr if release == "4.8.2" else expr.replace("Hostname", "hostname")
 
 

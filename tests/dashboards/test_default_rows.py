@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from exporter.catalog.fieldnames import aliases
 from exporter.catalog.metricsfile import load
 from exporter.catalog.renames import renames
 from exporter.nvml.fields import FIELDS
@@ -24,6 +25,7 @@ NAME = re.compile(r"\b(DCGM_(?:FI|EXP)_\w+)")
 OLD = {r.new: r.old for r in renames()}  # a DCGM 4.7 name -> dcgm-exporter 4.8's
 # older names of fields served under their current name too (never in a shipped file)
 ALIASES = {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"}
+ALIASES |= set(aliases())  # DCGM 4.6 names of fields the extended file lists already
 
 
 def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

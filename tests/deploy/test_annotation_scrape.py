@@ -118,10 +118,15 @@ def prom(rendered, tmp_path_factory):
     (ours,) = yaml.safe_load((DEPLOY / "prometheus" / "scrape-config.yaml").read_text())
     work = tmp_path_factory.mktemp("annotation-scrape")
     exp = Exporter("-c", "300")
+    kube = Exporter("-c", "300", "-k")  # the simulated node's pods hold some of its GPUs
     exp.wait_ready()
+    kube.wait_ready()
     meta = _meta(objs, exp.port)
     annotated = _meta(
         objs, exp.port, **{"prometheus.io/scrape": "true", "prometheus.io/port": str(exp.port)}
+    )
+    annotated_k = _meta(
+        objs, kube.port, **{"prometheus.io/scrape": "true", "prometheus.io/port": str(kube.port)}
     )
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
@@ -130,6 +135,8 @@ def prom(rendered, tmp_path_factory):
             _static(CHART_JOB, exp.port, meta, "kubernetes-pods"),
             # The same chart job on a pod that had the annotation: what the manifests avoid.
             _static(CHART_JOB, exp.port, annotated, "annotated-control"),
+            # The same, scraping an exporter run with -k: idle GPUs carry pod="" and so on.
+            _static(CHART_JOB, kube.port, annotated_k, "annotated-k"),
         ],
     }
     path = work / "prometheus.yml"
@@ -141,6 +148,7 @@ def prom(rendered, tmp_path_factory):
                 p.query('up{job="gpu-exporter"} == 1')
                 and p.query('up{job="annotated-control"} == 1')
                 and p.query('DCGM_FI_DEV_GPU_TEMP{job="gpu-exporter"}')
+                and p.query('DCGM_FI_DEV_GPU_TEMP{job="annotated-k", pod!=""}')
             ),
             30,
             "both scrapes",
@@ -149,6 +157,7 @@ def prom(rendered, tmp_path_factory):
     finally:
         p.stop()
         exp.stop()
+        kube.stop()
 
 
 def test_the_manifests_pod_is_not_an_annotation_target(rendered):
@@ -174,3 +183,18 @@ def test_an_annotated_pod_would_name_the_exporter_on_idle_gpus(prom):
     series no workload holds, which is why the manifests leave the annotation out."""
     res = prom.query(f'DCGM_FI_DEV_GPU_TEMP{{job="annotated-control", pod="{POD}"}}')
     assert len(res) == 17  # every series: none is held by a workload here
+
+
+def test_with_k_no_gpu_carries_the_exporters_pod_under_honor_labels(prom):
+    """-k: a device no workload holds carries pod="", namespace="", container="", which
+    honor_labels keeps over the target's labels and Prometheus stores as absent."""
+    temps = prom.query('DCGM_FI_DEV_GPU_TEMP{job="annotated-k"}')
+    assert len(temps) == 17
+    dcgm = '__name__=~"DCGM_.*"'  # the exporter's own gpu_exporter_* families are its pod's
+    assert prom.query(f'{{job="annotated-k", {dcgm}, pod="{POD}"}}') == []
+    assert prom.query(f'{{job="annotated-k", {dcgm}, namespace="gpu-exporter"}}') == []
+    assert prom.query(f'{{job="annotated-k", {dcgm}}}')  # the DCGM families are there
+    held = [r for r in temps if r["metric"].get("pod")]
+    idle = [r for r in temps if "pod" not in r["metric"]]
+    assert held and idle and len(held) + len(idle) == 17  # empty labels are stored absent
+    assert not any("namespace" in r["metric"] or "container" in r["metric"] for r in idle)

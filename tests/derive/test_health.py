@@ -18,6 +18,7 @@ from exporter.derive.health import (
     HealthInputs,
     HealthTracker,
     gpu_health,
+    grade,
 )
 from exporter.derive.windows import XidWindow
 from exporter.sim.clock import ManualClock
@@ -115,3 +116,10 @@ def test_health_from_the_simulated_node(node):
     assert health[2]["THERMAL"] == (WARN, "DCGM_FR_CLOCK_THROTTLE_THERMAL")
     assert health[4]["DRIVER"] == (FAIL, "DCGM_FR_NVML_API")
     assert {v for v, _ in health[3].values()} == {PASS}
+
+
+def test_grades_follow_dcgm_4_6s_table():
+    """NVML-REVIEW N3/N4: XID 79's code is graded (dcgm_errors.c:144), and row-remap
+    failure is RESET since DCGM 4.6 (dcgm_errors.c:104 at 72fa3fe; ISOLATE at d646460)."""
+    assert grade("DCGM_FR_FALLEN_OFF_BUS") == ("ISOLATE", "HARDWARE_OTHER")
+    assert grade("DCGM_FR_ROW_REMAP_FAILURE") == ("RESET", "HARDWARE_MEMORY")

@@ -49,4 +49,4 @@ def test_exporter_serves_the_fleet(fleet):
     summary = [ln for ln in log.splitlines() if SUMMARY in ln]
     assert len(summary) == 1, log
     for name in NAMED.get(fleet.name, ()):
-        assert name in summary[0], (name, summary[0])
+        assert f"DCGM_FI_{name}" in summary[0], (name, summary[0])  # named in full

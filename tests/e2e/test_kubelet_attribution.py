@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,13 @@ def start(kubelet, *extra):
 
 
 def owners(text, name="DCGM_FI_DEV_FB_USED"):
+    """(namespace, pod, container) per device; None for an empty label (-k gives a device
+    no workload holds pod="", ..., which Prometheus stores as absent)."""
     return {
         (s.labels["gpu"], s.labels.get("GPU_I_ID")): (
-            s.labels.get("namespace"),
-            s.labels.get("pod"),
-            s.labels.get("container"),
+            s.labels.get("namespace") or None,
+            s.labels.get("pod") or None,
+            s.labels.get("container") or None,
         )
         for s in find(text, name)
     }
@@ -55,7 +58,7 @@ def test_whole_gpus_and_mig_instances_get_their_pod(kubelet):
         assert o[("1", None)] == (None, None, None)
         assert o[("5", None)] == (None, None, None)
         temps = {
-            (s.labels["gpu"], s.labels.get("GPU_I_ID")): s.labels.get("pod")
+            (s.labels["gpu"], s.labels.get("GPU_I_ID")): s.labels.get("pod") or None
             for s in find(text, "DCGM_FI_DEV_GPU_TEMP")
         }
         assert temps[("0", None)] == "train-0" and temps[("1", None)] is None
@@ -126,7 +129,9 @@ def test_no_socket_at_start(tmp_path):
         exp.wait_ready()
         status, _, body = exp.get("/ready")
         assert status == 200 and b"does not exist" in body
-        assert 'pod="' not in exp.metrics()
+        text = exp.metrics()
+        assert 'pod="' in text and 'pod=""' in text  # every device idle: empty pod labels
+        assert not re.search(r'\bpod="[^"]', text)
     finally:
         log = exp.stop()
     assert log.count("does not exist") == 1  # said once

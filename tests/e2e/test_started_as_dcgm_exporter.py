@@ -53,6 +53,8 @@ def test_json_log_format_and_old_names(tmp_path: Path):
         out = exp.stop()
     assert served(text, "dcgm_gpu_temp") and served(text, "dcgm_fb_used")
     assert not served(text, "DCGM_FI_DEV_GPU_TEMP")
+    temp = [ln for ln in text.splitlines() if ln.startswith("dcgm_gpu_temp{")]
+    assert temp and all('uuid="' in ln and 'UUID="' not in ln for ln in temp)  # -o: labels
     assert served(again, "dcgm_gpu_temp") and not served(again, "DCGM_FI_DEV_GPU_TEMP")
     records = [json.loads(line) for line in out.splitlines()]
     assert records and all({"time", "level", "msg"} <= set(r) for r in records)

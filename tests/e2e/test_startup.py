@@ -31,6 +31,7 @@ def series(text: str, name: str) -> list[str]:
         ("default-counters.csv", (), "DCGM_FI_DEV_GPU_TEMP"),
         ("dcp-metrics-included.csv", (), "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
         ("1.x-compatibility-metrics.csv", ("-o",), "dcgm_fi_prof_pcie_tx_bytes"),
+        ("1.x-compatibility-metrics.csv", (), "dcgm_gpu_temp"),  # names as written, no -o
     ],
 )
 def test_nvidia_482_csvs_start_and_name_every_row_not_served(csv, flags, served):
@@ -44,6 +45,9 @@ def test_nvidia_482_csvs_start_and_name_every_row_not_served(csv, flags, served)
     assert len(series(text, served)) == 17  # 6 whole GPUs and 11 MIG instances
     if csv == "1.x-compatibility-metrics.csv":  # one family, not two
         assert text.count(f"# TYPE {served} ") == 1
+        assert "# TYPE DCGM_FI_" not in text  # every row under its 1.x name
+        uuid = "uuid" if flags else "UUID"  # -o renames labels only
+        assert all(f'{uuid}="GPU-' in s for s in series(text, served))
         assert sum("listed twice" in line for line in log.splitlines()) == 1
         assert "dcgm_fi_prof_pcie_rx_bytes (lines 19 and 66)" in log
     else:

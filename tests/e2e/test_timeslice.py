@@ -99,8 +99,8 @@ def test_three_pods_on_one_time_sliced_gpu(node):
     sm = per_container(text, SM, "1")
     assert set(sm) == set(fb) and all(0 <= v <= 1 for v in sm.values())  # a ratio
     # device series of the shared GPU carry no pod labels
-    assert all("pod" not in s.labels for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="1"))
-    assert all("pod" not in s.labels for s in find(text, "DCGM_FI_DEV_GPU_UTIL", gpu="1"))
+    assert all(not s.labels.get("pod") for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="1"))
+    assert all(not s.labels.get("pod") for s in find(text, "DCGM_FI_DEV_GPU_UTIL", gpu="1"))
 
 
 def test_mps_gpu_idle_container_and_unattributed_process(node):

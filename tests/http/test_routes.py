@@ -74,7 +74,7 @@ async def test_ready_gives_one_reason_without_paths(served):
     text = await r.text()
     assert r.status == 503
     lines = text.splitlines()
-    assert lines[0] == "not ready: metrics file <path>: cannot read it"
+    assert lines[0] == "not ready: metrics file .../metrics.csv: cannot read it"
     assert lines[1:] == ["- GPU 1 (GPU-1234) is lost"]  # the reason is not repeated
     assert "/etc" not in text
 
@@ -92,8 +92,9 @@ async def test_ready_tells_nothing_to_a_client_without_credentials(served):
 
 def test_scrub_bounds_and_replaces_paths():
     assert scrub("socket /var/lib/kubelet/x.sock does not exist") == (
-        "socket <path> does not exist"
+        "socket .../x.sock does not exist"
     )
+    assert "<path>" not in scrub("file /etc/a/ and /")
     assert scrub("a\nsecond line") == "a"
     assert len(scrub("x" * 5000)) == 200
     assert scrub("last good collection is 5 s old (> 3 intervals)").endswith("intervals)")

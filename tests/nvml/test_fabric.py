@@ -15,6 +15,7 @@ import pytest
 from exporter import sim
 from exporter.catalog.metricsfile import parse
 from exporter.collector import Collector
+from exporter.nvml.fabric import manager_status
 from exporter.sim import FLEETS_DIR, Fault
 from exporter.sim.clock import ManualClock
 from tests.support.exposition import Stages
@@ -157,3 +158,11 @@ def test_gpus_without_a_fabric_have_no_series_and_are_asked_once(start, caplog):
     assert errors[("nvmlDeviceGetGpuFabricInfo", "NOT_SUPPORTED")] == gpus
     logged = [r for r in caplog.records if "FABRIC_MANAGER_STATUS not available" in r.message]
     assert len(logged) == 1
+
+
+def test_an_unknown_state_is_dcgms_badparam():
+    """NVML-REVIEW N11: DCGM publishes DCGM_ST_BADPARAM (-1) for a state it does not know
+    (DcgmCacheManager.cpp 8094-8098, dcgm_structs.h:347), not a status of its own."""
+    assert [manager_status(s, 0) for s in (0, 1, 2)] == [0, 1, 2]
+    assert manager_status(3, 0) == 3 and manager_status(3, 1) == 4
+    assert manager_status(4, 0) == manager_status(7, 0) == -1

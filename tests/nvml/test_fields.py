@@ -44,3 +44,16 @@ def test_each_value_type_reads_as_its_union_member(integer: bool):
         want = (100 + i, 1000 + i, entry.nvmlReturn, reader._value(entry, field))
         assert got == want and type(got[3]) is type(want[3]), (CASES[i], got, want)
         assert repr(got[3]) == repr(want[3])  # -0.0 stays -0.0
+
+
+def test_brands_are_named_as_dcgm_names_them():
+    """NVML-REVIEW N14: DCGM's brand strings (DcgmCacheManager.cpp 10453, 10468)."""
+    pick = FIELDS["DCGM_FI_DEV_BRAND"].pick
+    assert pick is not None
+    assert [pick(b) for b in (2, 4, 11, 14, 99)] == [
+        "Tesla",
+        "Grid",
+        "NVIDIA vGaming",
+        "NVIDIA",
+        "Unknown",
+    ]

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 
 import pynvml
 import pytest
@@ -22,7 +25,7 @@ from exporter.config.model import default_metrics_file
 from exporter.poller import EXIT_NVML, Poller
 from exporter.sim.clock import ManualClock
 from exporter.sim.faults import Fault
-from tests.procs import Exporter
+from tests.procs import Exporter, free_port
 from tests.support.exposition import find
 
 CATALOG = load(default_metrics_file())
@@ -97,6 +100,25 @@ def test_the_process_exits_non_zero_with_one_line(tmp_path):
     assert status == EXIT_NVML, output
     errors = [line for line in output.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "DRIVER_NOT_LOADED" in errors[0], output
+    assert "--simulate" not in errors[0]  # simulated already: no hint to simulate
+
+
+def test_no_driver_on_the_host_points_at_simulate():
+    """Without --simulate on a host with no NVIDIA library (this machine), the one error
+    line says how to try the exporter anyway."""
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    p = subprocess.run(
+        [sys.executable, "-m", "exporter", "-a", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    if "LIBRARY_NOT_FOUND" not in p.stderr:
+        pytest.skip("this host has an NVIDIA library")
+    assert p.returncode == EXIT_NVML, p.stderr
+    errors = [line for line in p.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "--simulate serves a simulated node" in errors[0], p.stderr
 
 
 def test_mig_reconfigured_during_a_cycle(node):

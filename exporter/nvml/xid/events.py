@@ -221,11 +221,11 @@ class XidWatcher:
         if not self._v1:
             try:
                 return self.session.run("nvmlEventSetWait_v2", evset, timeout_ms, empty=_TIMEOUT)
-            except Unavailable as e:
-                if e.code != N.NVML_ERROR_FUNCTION_NOT_FOUND:
+            except Unavailable as e:  # absent, or NOT_SUPPORTED: DCGM takes v1 then too
+                if e.code not in (N.NVML_ERROR_FUNCTION_NOT_FOUND, N.NVML_ERROR_NOT_SUPPORTED):
                     raise
                 self._v1 = True
-                log.info("no nvmlEventSetWait_v2: XIDs from nvmlEventSetWait, per GPU only")
+                log.info("nvmlEventSetWait_v2: %s; XIDs from nvmlEventSetWait, per GPU only", e)
         # the first version fills no instance ids: preset, they read "none"
         data = N.c_nvmlEventData_t()
         data.gpuInstanceId = data.computeInstanceId = NO_INSTANCE

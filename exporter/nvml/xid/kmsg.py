@@ -1,14 +1,16 @@
 """XIDs from the kernel log (/dev/kmsg), read in a thread of their own.
 
 The NVIDIA driver reports every XID in the kernel log as
-``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <details>``. DCGM 4.x reads
+``NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., <details>`` (one on a MIG instance
+as ``Xid (PCI:0000:3b:00 GPU-I:02 GPU-CI:00): ...``, counted on its GPU). DCGM 4.x reads
 XIDs 79 (GPU fallen off the bus), 119 and 120 (GSP timeout and error) from there,
 since NVML events may never carry them; :data:`KERNEL_XIDS` are those codes.
 
 /dev/kmsg gives one record per read, ``<prio>,<seq>,<usec>,<flags>;<text>``
 followed by continuation lines that start with a space; a regular file or a FIFO
-(tests, the simulator) gives the same lines in chunks. Records already in the log
-when the reader starts are skipped: it counts what happens while it runs. Every
+(tests, the simulator) gives the same lines in chunks. The log is read from its
+oldest record, as DCGM reads it: XIDs 79, 119, 120 the kernel still holds from before
+the start count too (only they are counted from here, so none twice). Every
 input is bounded: a read takes at most READ_BYTES, a line longer than MAX_LINE is
 dropped, at most MAX_RECORDS_PER_S records are looked at a second (the kernel keeps
 the rest; when its ring buffer overwrote some, the read says so with EPIPE and the
@@ -24,7 +26,6 @@ one to its end.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -44,8 +45,11 @@ MAX_RECORDS_PER_S = 20_000
 WAIT_S = 1.0  # a poll's timeout: the thread sees a stop within this
 EOF_WAIT_S = 0.2  # a regular file at its end: look again after this
 TAIL_BYTES = 64  # a regular file's last bytes read, to tell a rewrite from new lines
+# The open driver's forms (kernel_rc.c): ``Xid (PCI:0000:3b:00)``, and for a MIG instance
+# (XID_PRINT_WITH_ATTR) ``Xid (PCI:0000:3b:00 GPU-I:02)`` or ``... GPU-I:02 GPU-CI:00)``
 _XID = re.compile(
-    rb"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})[^)]{0,4}\): (\d{1,5}),"
+    rb"NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})[^) ]{0,4}"
+    rb"(?: GPU-I:\d{1,3}(?: GPU-CI:\d{1,3})?)?\): (\d{1,5}),"
 )
 
 BusKey = tuple[int, int, int]  # PCI domain, bus, device
@@ -91,8 +95,9 @@ class KernelLog:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
             return f"cannot read {self.path}: {e.strerror}"
-        with contextlib.suppress(OSError):  # a FIFO cannot seek
-            os.lseek(fd, 0, os.SEEK_END)  # /dev/kmsg: past the records already logged
+        # Read from the oldest record the kernel still holds, as DCGM's DcgmKmsgReader does
+        # (open, no seek): an XID 79 logged while the exporter was restarting (its own
+        # exit-3 restart after the GPU fell off the bus) is counted, not lost.
         self._thread = threading.Thread(
             target=self._run, args=(fd,), name="kernel-log", daemon=True
         )

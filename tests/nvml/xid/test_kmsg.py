@@ -11,6 +11,7 @@ import pynvml
 
 from exporter.nvml.xid import kmsg
 from exporter.sim import Fault
+from exporter.sim.kmsg import xid_text
 from tests.support.simnode import node, until
 
 DEFAULT_BUS_1 = "0000:2a:00"  # GPU 1 of the default fleet: 00000000:2A:00.0
@@ -30,15 +31,17 @@ def record(path, text: str, seq: int = 1) -> None:
 def test_xid_79_comes_from_the_kernel_log_with_the_nvml_event_path_silent(tmp_path):
     log = tmp_path / "kmsg"
     with node(kernel_log=str(log)) as n:
-        # logged before the exporter started: not counted (its counters start with it)
+        # logged before the exporter started (NVML-REVIEW N7): counted, as DCGM reads
+        # /dev/kmsg from its oldest record (DcgmKmsgReader.cpp:197, open without a seek)
         record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 120, pid=1, name=x, before")
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 13, pid=1, name=x, not from here")
         n.cycle()
         [evset] = n.driver.events.sets.values()
         n.driver.inject(Fault("xid", gpu=1, xid=79))
         n.driver.inject(Fault("xid", gpu=2, xid=119, count=2))
         assert not evset.queue  # NVML never delivered them
-        until("the kernel log's XIDs", lambda: len(counts(n.col)) == 2)
-        assert counts(n.col) == {(1, None, 79): 1, (2, None, 119): 2}
+        until("the kernel log's XIDs", lambda: len(counts(n.col)) == 3)
+        assert counts(n.col) == {(1, None, 120): 1, (1, None, 79): 1, (2, None, 119): 2}
         assert dict(n.cycle().xid.last)[n.driver.gpus[1].uuid] == 79
 
 
@@ -154,3 +157,27 @@ def test_a_rotated_kernel_log_file_is_followed_to_the_new_one(tmp_path):
         assert got == [79] * 5 + [120] * 4 + [119]
     finally:
         reader.stop()
+
+
+def test_every_form_the_open_driver_prints_is_read():
+    """NVML-REVIEW N6: kernel_rc.c prints an XID on a MIG instance with its instance ids
+    (XID_PRINT_WITH_ATTR); each form is the GPU's XID, and a malformed one is not."""
+    lines = [
+        b"NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, fallen off",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:02): 79, pid=1, name=x, fallen off",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:02 GPU-CI:00): 79, pid=1, name=x, fallen off",
+    ]
+    assert [kmsg.parse(line) for line in lines] == [((0, 0x3B, 0), 79)] * 3
+    for bad in (
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:): 79, x",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-CI:00): 79, x",
+        b"NVRM: Xid (PCI:0000:3b:00 GPU-I:02 junk): 79, x",
+    ):
+        assert kmsg.parse(bad) is None, bad
+
+
+def test_the_simulator_writes_each_form_the_reader_reads():
+    for gi, ci in ((None, None), (3, None), (3, 1)):
+        text = xid_text("00000000:3B:00.0", 13, "Graphics Exception", gi=gi, ci=ci)
+        assert ("GPU-I:03" in text) is (gi is not None)
+        assert kmsg.parse(text.encode()) == ((0, 0x3B, 0), 13)
