@@ -94,8 +94,8 @@ class Split:
 
 
 class Workloads(NamedTuple):
-    """One cycle's HPC jobs (job file name -> job IDs) and containers (device key ->
-    names of the containers holding it)."""
+    """One cycle's HPC jobs (device key -> the IDs of the jobs using it) and containers
+    (device key -> names of the containers holding it)."""
 
     jobs: Mapping[str, tuple[str, ...]]
     containers: Mapping[str, tuple[str, ...]]

@@ -37,7 +37,6 @@ from exporter.catalog.metricsfile import Catalog
 from exporter.collector import Collector
 from exporter.derive.stage import Derive
 from exporter.exposition.build import Builder, Exposition
-from exporter.exposition.jobs import job_key
 from exporter.exposition.selfmetrics import SelfMetrics
 from exporter.frame import Held, Workloads
 from exporter.nvml.session import NO_DRIVER, DriverGone
@@ -340,8 +339,8 @@ class Poller:
         if self.job_files is None and self.runtime is None:
             return None
         job_map: Mapping[str, tuple[str, ...]] = {}
-        if self.job_files is not None:  # only the names a device's series look up
-            job_map = self.job_files.read(job_key(d) for d in snap.gpus + snap.entities)
+        if self.job_files is not None:
+            job_map = self.job_files.by_device(snap.gpus + snap.entities)
         held = {}
         if self.runtime is not None:
             from exporter.workloads.containers import by_device

@@ -239,7 +239,7 @@ class Builder:
     def _warn_copies(self, devices: Iterable[Device], dropped: Mapping[str, int]) -> None:
         """Count the copies left out at the budget; name the devices once per change."""
         self.copies_dropped = sum(dropped.values())
-        names = tuple(sorted({jobs.job_key(d) for d in devices if d.key in dropped}))
+        names = tuple(sorted({d.number for d in devices if d.key in dropped}))
         if names != self._dropped_names:
             self._dropped_names = names
             if names:

@@ -32,11 +32,6 @@ MAX_COPIES = 256
 is one series per field of its device (about 100 with the default metrics file)."""
 
 
-def job_key(dev: Device) -> str:
-    """The job file a device's series look up: ``<gpu>`` or ``<gpu>.<gpu instance>``."""
-    return f"{dev.index}.{dev.gi}" if dev.is_mig else str(dev.index)
-
-
 def copies(
     devices: Iterable[Device],
     series_labels: Mapping[str, str],
@@ -47,8 +42,9 @@ def copies(
     """Each device's series label text with the job and container copies applied, and
     the label sets left out at :data:`MAX_COPIES` per device key.
 
-    ``base``: copies already made (per holder of a shared device); ``jobs``: job file
-    name -> job IDs; ``containers``: device key -> names of the containers holding it.
+    ``base``: copies already made (per holder of a shared device); ``jobs``: device key
+    -> the IDs of the jobs using it; ``containers``: device key -> names of the containers
+    holding it.
     Only devices that change are in the result, besides those of ``base``.
     """
     out: dict[str, tuple[str, ...]] = dict(base or {})
@@ -57,7 +53,7 @@ def copies(
         if d.key in wanted:  # a whole GPU is both a GPU and an entity of the snapshot
             continue
         held = containers.get(d.key, ())
-        ids = jobs.get(job_key(d), ())
+        ids = jobs.get(d.key, ())
         if held or ids:
             wanted[d.key] = (out.get(d.key) or (series_labels[d.key],), held, ids)
     sizes = {k: len(lab) * (1 + len(held)) * max(1, len(ids)) for k, (lab, held, ids) in

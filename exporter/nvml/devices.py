@@ -56,6 +56,12 @@ class Device:
     def is_mig(self) -> bool:
         return self.parent is not None
 
+    @property
+    def number(self) -> str:
+        """The device as nvidia-smi numbers it: ``<gpu>``, or ``<gpu>.<gpu instance>`` for a
+        MIG instance (the names of dcgm-exporter's HPC job files)."""
+        return f"{self.index}.{self.gi}" if self.is_mig else str(self.index)
+
 
 @dataclass(frozen=True, slots=True)
 class Inventory:

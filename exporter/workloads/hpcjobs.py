@@ -29,6 +29,7 @@ import stat
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimited
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ MAX_ID_CHARS = 128
 _NAME = re.compile(r"\d{1,5}(\.\d{1,5})?")  # "3" or "3.10", as dcgm-exporter's pattern
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
-JobMap = Mapping[str, tuple[str, ...]]  # file name ("0", "2.0") -> job IDs
+JobMap = Mapping[str, tuple[str, ...]]  # a file name ("0", "2.0") or device key -> job IDs
 
 
 class JobFiles:
@@ -51,9 +52,15 @@ class JobFiles:
         self._missing: bool | None = None  # None: not looked yet
         self._warn = RateLimited(60.0)
 
+    def by_device(self, devices: Iterable[Device]) -> JobMap:
+        """Device key -> the IDs in its job file (named by ``Device.number``: ``0``,
+        ``2.0``), for the devices whose file lists at least one."""
+        devices = list(devices)
+        files = self.read(d.number for d in devices)
+        return MappingProxyType({d.key: files[d.number] for d in devices if d.number in files})
+
     def read(self, names: Iterable[str]) -> JobMap:
-        """File name -> job IDs, for the files of ``names`` (the cycle's devices, as
-        :func:`exporter.exposition.jobs.job_key` names them) that list at least one."""
+        """File name -> job IDs, for the files of ``names`` that list at least one."""
         try:
             dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as e:

@@ -100,7 +100,7 @@ def test_the_red_team_size_is_bounded_in_the_copies():
         gpus,
         {g.key: f'gpu="{g.index}"' for g in gpus},
         None,
-        {str(g.index): job_ids for g in gpus},
+        {g.key: job_ids for g in gpus},
         {g.key: names for g in gpus},
     )
     assert sum(len(v) for v in out.values()) <= MAX_COPIES
