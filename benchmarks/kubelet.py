@@ -22,20 +22,14 @@ from typing import Any
 import grpc
 
 from benchmarks.pods import assignments
+from exporter.sim import kubelet as sim_kubelet
 from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from exporter.workloads.kubelet.generated import podresources_pb2_grpc as pb_grpc
 
 
 def response(data: dict[str, Any]) -> pb.ListPodResourcesResponse:
     """A pods mapping (benchmarks.pods.assignments) as a List answer."""
-    resp = pb.ListPodResourcesResponse()
-    for p in data["pod_resources"]:
-        pod = resp.pod_resources.add(name=p["name"], namespace=p["namespace"])
-        for c in p["containers"]:
-            cont = pod.containers.add(name=c["name"])
-            for d in c.get("devices", []):
-                cont.devices.add(resource_name=d["resource_name"], device_ids=d["device_ids"])
-    return resp
+    return sim_kubelet.response(data["pod_resources"])
 
 
 class _Lister(pb_grpc.PodResourcesListerServicer):

@@ -15,6 +15,7 @@ import contextlib
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ LIST = b"/v1.PodResourcesLister/List"
 UNIMPLEMENTED = b"12"
 
 
-def answer(pods: list[dict[str, Any]]) -> bytes:
-    """``pods`` (SimDriver.pods entries) as an encoded ``v1.ListPodResourcesResponse``."""
+def response(pods: Iterable[Mapping[str, Any]]) -> Any:
+    """``pods`` (SimDriver.pods entries: name, namespace, containers with their devices) as
+    a ``v1.ListPodResourcesResponse``."""
     from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 
     resp = pb.ListPodResourcesResponse()
@@ -33,9 +35,9 @@ def answer(pods: list[dict[str, Any]]) -> bytes:
         pod = resp.pod_resources.add(name=p["name"], namespace=p["namespace"])
         for c in p["containers"]:
             cont = pod.containers.add(name=c["name"])
-            for d in c["devices"]:
+            for d in c.get("devices", ()):
                 cont.devices.add(resource_name=d["resource_name"], device_ids=d["device_ids"])
-    return resp.SerializeToString()
+    return resp
 
 
 class _Connection:
@@ -72,7 +74,7 @@ class _Connection:
             status = [(b"grpc-status", UNIMPLEMENTED), (b"grpc-message", b"only List is served")]
             self.conn.send_headers(sid, headers + status, end_stream=True)
             return
-        body = answer(self.driver.pods())
+        body = response(self.driver.pods()).SerializeToString()
         self.conn.send_headers(sid, headers)
         self._send(sid, b"\0" + len(body).to_bytes(4, "big") + body)
 

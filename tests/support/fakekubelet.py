@@ -64,18 +64,6 @@ def load_pods(name: str | Path, ids: dict[str, str]) -> pb.ListPodResourcesRespo
     return resp
 
 
-def answer(pods: list[dict[str, Any]]) -> pb.ListPodResourcesResponse:
-    """A List answer from pod entries shaped as the simulator's ``SimDriver.pods()``."""
-    resp = pb.ListPodResourcesResponse()
-    for p in pods:
-        pod = resp.pod_resources.add(name=p["name"], namespace=p["namespace"])
-        for c in p["containers"]:
-            cont = pod.containers.add(name=c["name"])
-            for d in c["devices"]:
-                cont.devices.add(resource_name=d["resource_name"], device_ids=d["device_ids"])
-    return resp
-
-
 class FakeKubelet:
     """Serves List/Get/GetAllocatableResources; its behaviour can be changed while it runs.
 

@@ -28,11 +28,12 @@ from exporter.collector import Collector
 from exporter.config.model import Config, KubeConfig, default_metrics_file
 from exporter.poller import Poller
 from exporter.sim.fleet import FLEETS_DIR
+from exporter.sim.kubelet import response as answer
 from exporter.workloads.attribution import STALE_S
 from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from tests.procs import ROOT, require
 from tests.support.exposition import Sample, samples
-from tests.support.fakekubelet import FakeKubelet, answer
+from tests.support.fakekubelet import FakeKubelet
 
 FLEET = FLEETS_DIR / "accounting.yaml"
 STEP = 2.0  # collection interval, sim seconds
