@@ -10,15 +10,6 @@ from exporter.workloads.advertised import AdvertisedReplicas
 from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 from exporter.workloads.kubelet.podresources import KubeletUnavailable, PodResourcesClient
 from exporter.workloads.mapper import Mapper
-from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    k = FakeKubelet(tmp_path / "kubelet.sock", load_pods("default-node.yaml", fleet_ids(None)))
-    k.start()
-    yield k
-    k.close()
 
 
 @pytest.fixture

@@ -7,15 +7,6 @@ import pytest
 from exporter.frame import Owner
 from exporter.workloads.kubelet.podresources import PodResourcesClient
 from exporter.workloads.mapper import Mapper
-from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    k = FakeKubelet(tmp_path / "kubelet.sock", load_pods("default-node.yaml", fleet_ids(None)))
-    k.start()
-    yield k
-    k.close()
 
 
 @pytest.fixture
