@@ -33,9 +33,14 @@ def read_config_file(path: str, what: str, max_bytes: int = MAX_CONFIG_BYTES) ->
         raise ConfigFileError(f"{what} {path}: not UTF-8 text; save it as UTF-8") from None
 
 
-def read_config_bytes(path: str, what: str, max_bytes: int = MAX_CONFIG_BYTES) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``max_bytes`` bytes (see above)."""
+def read_config_bytes(
+    path: str, what: str, max_bytes: int = MAX_CONFIG_BYTES, follow_links: bool = True
+) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes`` bytes (see above);
+    with ``follow_links`` False, a symbolic link at ``path`` is refused too."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
     try:
         fd = os.open(path, flags)  # non-blocking: opening a FIFO must not wait for a writer
     except OSError as e:

@@ -21,10 +21,11 @@ import json
 import logging
 import math
 import os
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from exporter.config.files import ConfigFileError, read_config_bytes
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +69,16 @@ class StateFile:
 
     def load(self, ident: Identity) -> dict[str, Any] | None:
         """The saved state when it matches ``ident``, else None (logged in one line)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            log.warning("accounting state %s not read (%s); counters start from 0", self.path, e)
+        if not os.path.lexists(self.path):
             return None
         try:
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise Unusable("not a regular file")
-                raw = f.read(MAX_BYTES + 1)
-            if len(raw) > MAX_BYTES:
-                raise Unusable(f"larger than {MAX_BYTES} bytes")
+            raw = read_config_bytes(str(self.path), "accounting state", MAX_BYTES, False)
+        except ConfigFileError as e:  # unreadable, a link, not a regular file, too large
+            log.warning("%s; counters start from 0", e)
+            return None
+        try:
             state = check(json.loads(raw.decode("utf-8")))
-        except (OSError, ValueError, RecursionError, Unusable) as e:
+        except (ValueError, RecursionError, Unusable) as e:
             log.warning(
                 "accounting state %s is unusable (%s); counters start from 0",
                 self.path,
