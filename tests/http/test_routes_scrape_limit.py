@@ -12,8 +12,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from exporter.http.routes import SCRAPES, STALL_S, Source, routes
+from exporter.http import routes as routes_module
+from exporter.http.routes import SCRAPES, Source, routes
 
+STALL_S = 3.0  # routes.STALL_S in these tests: a loaded machine takes more than 0.1 s a request
 BIG = b"x" * (32 << 20)  # more than the kernel buffers of one loopback connection hold
 PLAIN = {"Accept-Encoding": "identity"}
 
@@ -24,7 +26,8 @@ class Node:
 
 
 @pytest.fixture
-async def served(request) -> AsyncIterator[tuple[TestClient, Node]]:
+async def served(request, monkeypatch) -> AsyncIterator[tuple[TestClient, Node]]:
+    monkeypatch.setattr(routes_module, "STALL_S", STALL_S)
     node = Node()
     limit, require = request.param
     app = web.Application()
@@ -44,8 +47,9 @@ async def served(request) -> AsyncIterator[tuple[TestClient, Node]]:
     await client.close()
 
 
-async def deaf(client: TestClient) -> socket.socket:
-    """A connection that asks for /metrics and never reads the answer."""
+async def deaf(client: TestClient, *, counted: bool = True) -> socket.socket:
+    """A connection that asks for /metrics and never reads the answer; with ``counted``,
+    returned once the server holds a scrape slot for it."""
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.setblocking(False)
@@ -54,11 +58,15 @@ async def deaf(client: TestClient) -> socket.socket:
     under_way = client.server.app[SCRAPES].under_way
     before = len(under_way)
     await loop.sock_sendall(s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-    for _ in range(100):  # the server answers, and its writes stall
+    if not counted:  # nothing to wait for: no slot is kept without a limit
+        await asyncio.sleep(0.05)
+        return s
+    for _ in range(5000):  # the server answers, and its writes stall (5 s on a loaded machine)
         await asyncio.sleep(0.001)
         if len(under_way) > before:
-            break
-    return s
+            return s
+    s.close()
+    raise AssertionError("the server never started answering the deaf client's scrape")
 
 
 @pytest.mark.parametrize("served", [(1, False)], indirect=True)
@@ -92,7 +100,7 @@ async def test_within_the_limit_every_scrape_is_answered(served):
 @pytest.mark.parametrize("served", [(0, False)], indirect=True)
 async def test_no_limit_when_zero(served):
     client, _ = served
-    socks = [await deaf(client) for _ in range(3)]
+    socks = [await deaf(client, counted=False) for _ in range(3)]
     try:
         assert (await client.get("/metrics", headers=PLAIN)).status == 200
     finally:
