@@ -186,6 +186,16 @@ HolderKey = tuple[str, str, str, str]
 """(device key, namespace, pod, container); the names are "" for a device holding itself."""
 
 
+class Window(NamedTuple):
+    """When a holder began (``start``) and stopped (``end``) holding its device, unix
+    seconds, where it happened since the last cycle (None: not in that time, or not
+    known); ``share``: its part of the device (Claim.share) when last seen."""
+
+    start: float | None
+    end: float | None
+    share: float = 1.0
+
+
 class HolderAccount(NamedTuple):
     """One holder's totals on one device: GPU-seconds and joules. ``labels`` is the same
     tuple for as long as the ledger keeps the holder; ``ended_at`` (unix s) None while it

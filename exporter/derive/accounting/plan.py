@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.frame import DeviceUse, HolderKey
+from exporter.frame import DeviceUse, HolderKey, Window
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
@@ -60,6 +60,12 @@ class GpuPlan:
     unattributed: float = 1.0  # part of the energy no holder gets
     unknown: float = 0.0  # GPU-seconds per second whose holders are not known, and energy
     reason: str = ""  # why they are not known
+    # since the last cycle (pod attribution's windows): unix s each holder of ``shares``
+    # first seen now began, each holder that stopped ended (sightings.py), and the
+    # holders that began and stopped between the two cycles, with their window
+    starts: dict[HolderKey, float] = field(default_factory=dict)
+    ends: dict[HolderKey, float] = field(default_factory=dict)
+    passing: list[tuple[Share, float, float]] = field(default_factory=list)
 
 
 def activity(dev: Device, values: Mapping[str, float]) -> float | None:
@@ -98,7 +104,11 @@ class Planner:
         return layout
 
     def plans(
-        self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None, unknown: str = ""
+        self,
+        snap: Snapshot,
+        uses: Mapping[str, DeviceUse] | None,
+        unknown: str = "",
+        windows: Mapping[HolderKey, Window] | None = None,
     ) -> dict[str, GpuPlan]:
         """Plans of the GPUs of ``snap`` that answered, by GPU key.
 
@@ -106,6 +116,7 @@ class Planner:
         Kubernetes, where every whole GPU and MIG instance is its own holder. ``unknown``:
         why who holds what is not known this cycle (the kubelet away): every device's
         part then goes to the GPU's unknown part, with that reason, not to a holder.
+        ``windows``: when holders began and stopped since the last cycle (GpuPlan).
         """
         if unknown and uses is not None:
             return self._unknown(snap, unknown)
@@ -139,6 +150,8 @@ class Planner:
                     plan.unattributed -= p.energy
             out[gpu.key] = plan
         self._parts = parts
+        if windows:
+            _place(windows, out, self._gpus(snap))
         return out
 
     def _unknown(self, snap: Snapshot, reason: str) -> dict[str, GpuPlan]:
@@ -157,6 +170,34 @@ class Planner:
                 plan.unattributed -= part
             out[gpu.key] = plan
         return out
+
+
+def _place(
+    windows: Mapping[HolderKey, Window],
+    plans: Mapping[str, GpuPlan],
+    layout: list[tuple[Device, list[Device]]],
+) -> None:
+    """Put each window on its GPU's plan: the start of a holder it holds, the end of one
+    it no longer holds, and a holder that came and went between cycles as a share of its
+    own (its device's part times its share, its energy by allocation, not busy)."""
+    devices = {d.key: (gpu.key, d) for gpu, devs in layout for d in devs}
+    for plan in plans.values():
+        held = {share[0] for share in plan.shares}
+        for key in held & windows.keys():
+            start = windows[key].start
+            if start is not None:
+                plan.starts[key] = start
+    for key, w in windows.items():
+        found = devices.get(key[0])
+        if found is None or w.end is None:
+            continue
+        on = plans.get(found[0])
+        if on is None or key in on.starts:
+            continue
+        on.ends[key] = w.end
+        if w.start is not None:
+            alloc = _size(found[1]) * min(max(w.share, 0.0), 1.0)
+            on.passing.append(((key, found[1].labels, alloc, 0.0, False, alloc), w.start, w.end))
 
 
 def _size(dev: Device) -> float:
