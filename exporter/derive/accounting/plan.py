@@ -28,10 +28,11 @@ ALWAYS_READ = (ENERGY, UTIL, FB_USED)
 
 
 # One holder's part of one GPU during an interval: (holder, device labels, alloc, busy,
-# idle, energy). ``alloc``: GPU-seconds per second it holds; ``busy``: of those, busy
-# ones; ``idle``: whether the whole of ``alloc`` counts as idle; ``energy``: its part of
-# the GPU's energy (0..1). A tuple: a cycle makes one per holder.
-Share = tuple[HolderKey, tuple[tuple[str, str], ...], float, float, bool, float]
+# idle, energy, active). ``alloc``: GPU-seconds per second it holds; ``busy``: of those,
+# busy ones; ``idle``: whether the whole of ``alloc`` counts as idle; ``energy``: its part
+# of the GPU's energy (0..1); ``active``: its activity in parts of the whole GPU
+# (GpuPlan.active). A tuple: a cycle makes one per holder.
+Share = tuple[HolderKey, tuple[tuple[str, str], ...], float, float, bool, float, float]
 _NONE: Mapping[str, float] = {}
 
 
@@ -60,12 +61,28 @@ class GpuPlan:
     unattributed: float = 1.0  # part of the energy no holder gets
     unknown: float = 0.0  # GPU-seconds per second whose holders are not known, and energy
     reason: str = ""  # why they are not known
+    active: float = 0.0  # the activity of all its devices and processes, in parts of it
     # since the last cycle (pod attribution's windows): unix s each holder of ``shares``
     # first seen now began, each holder that stopped ended (sightings.py), and the
     # holders that began and stopped between the two cycles, with their window
     starts: dict[HolderKey, float] = field(default_factory=dict)
     ends: dict[HolderKey, float] = field(default_factory=dict)
     passing: list[tuple[Share, float, float]] = field(default_factory=list)
+
+
+def measured(dev: Device, values: Mapping[str, float]) -> tuple[float, str]:
+    """Activity 0..1 of a device for the energy split by activity, and its basis: GPM SM
+    activity (else graphics-engine activity) on whole GPUs and MIG instances alike
+    ("gpm"); where the GPU has no GPM, a whole GPU's utilization ("utilization"); else
+    nothing measured (0, "allocation")."""
+    for name in MIG_ACTIVITY:
+        v = values.get(name)
+        if v is not None and v == v:  # GPM can answer NaN
+            return min(max(float(v), 0.0), 1.0), "gpm"
+    util = values.get(UTIL)
+    if not dev.is_mig and util is not None:
+        return min(max(util / 100.0, 0.0), 1.0), "utilization"
+    return 0.0, "allocation"
 
 
 def activity(dev: Device, values: Mapping[str, float]) -> float | None:
@@ -89,6 +106,7 @@ class Planner:
         self.idle_below = idle_below
         self._parts: dict[str, tuple[Device, DeviceUse | None, tuple[_Part, ...]]] = {}
         self._layout: tuple[tuple[Device, ...], tuple[Device, ...], list[Any]] = ((), (), [])
+        self.bases: list[tuple[Device, str]] = []  # the last plans' (device, activity basis)
 
     def _gpus(self, snap: Snapshot) -> list[tuple[Device, list[Device]]]:
         """Each physical GPU with the devices that hold its parts (itself, or its MIG
@@ -125,6 +143,7 @@ class Planner:
         kept = self._parts
         parts = {}
         out = {}
+        self.bases = bases = []
         for gpu, devices in self._gpus(snap):
             plan = GpuPlan(
                 gpu.key, gpu.labels, snap.taken_at, values.get(gpu.key, _NONE).get(ENERGY)
@@ -137,15 +156,24 @@ class Planner:
                 if static is None:
                     static = _parts(dev, use, uses is None)
                 parts[dev.key] = (dev, use, static)
+                got = values.get(dev.key, _NONE)
+                level, basis = measured(dev, got)
                 if not static:
+                    plan.active += _size(dev) * level
                     continue
-                a = activity(dev, values.get(dev.key, _NONE))
+                a = activity(dev, got)
+                joined = any(p.own is not None for p in static)  # per-process SM samples
+                if joined and use is not None:
+                    basis = "processes"
+                    plan.active += _size(dev) * use.unattributed_sm_percent / 100.0
+                bases.append((dev, basis))
                 for p in static:
                     own = a if p.own is None else p.own
                     idle = p.running is False or (own is not None and own < idle_below)
-                    shares.append(
-                        (p.key, dev.labels, p.alloc, p.alloc * (own or 0.0), idle, p.energy)
-                    )
+                    active = p.alloc * ((p.own or 0.0) if joined else level)
+                    plan.active += active
+                    busy = p.alloc * (own or 0.0)
+                    shares.append((p.key, dev.labels, p.alloc, busy, idle, p.energy, active))
                     plan.unallocated -= p.alloc
                     plan.unattributed -= p.energy
             out[gpu.key] = plan
@@ -179,7 +207,8 @@ def _place(
 ) -> None:
     """Put each window on its GPU's plan: the start of a holder it holds, the end of one
     it no longer holds, and a holder that came and went between cycles as a share of its
-    own (its device's part times its share, its energy by allocation, not busy)."""
+    own (its device's part times its share, its energy by allocation, not busy, no
+    activity measured)."""
     devices = {d.key: (gpu.key, d) for gpu, devs in layout for d in devs}
     for plan in plans.values():
         held = {share[0] for share in plan.shares}
@@ -197,7 +226,8 @@ def _place(
         on.ends[key] = w.end
         if w.start is not None:
             alloc = _size(found[1]) * min(max(w.share, 0.0), 1.0)
-            on.passing.append(((key, found[1].labels, alloc, 0.0, False, alloc), w.start, w.end))
+            share = (key, found[1].labels, alloc, 0.0, False, alloc, 0.0)
+            on.passing.append((share, w.start, w.end))
 
 
 def _size(dev: Device) -> float:
