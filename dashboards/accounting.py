@@ -96,6 +96,20 @@ def _namespaces() -> list[Any]:
             "kwatth",
         ),
         bargauge(
+            "Energy by activity by namespace, last day",
+            "Energy charged to each namespace in the last 24 hours with each GPU's idle power "
+            "split by allocation and the power above it by measured activity: a pod that "
+            "holds a GPU and runs nothing pays only its part of the idle power." + RULES,
+            [
+                target(
+                    f"namespace:gpu_activity_energy_kwh:increase1d{{{NS}}}",
+                    "{{namespace}}",
+                    instant=True,
+                )
+            ],
+            "kwatth",
+        ),
+        bargauge(
             "Cost by namespace, last day",
             "Each namespace's GPU-hours of the last 24 hours at the price of a GPU-hour." + RULES,
             [target(f"namespace:gpu_cost:increase1d{{{NS}}}", "{{namespace}}", instant=True)],
@@ -109,14 +123,15 @@ def _pods() -> list[Any]:
         Row("Pods"),
         table(
             "Pods, last day",
-            "Per pod, the last 24 hours: GPU-hours held, busy and idle GPU-hours, energy and "
-            "cost." + HOURS + RULES,
+            "Per pod, the last 24 hours: GPU-hours held, busy and idle GPU-hours, energy "
+            "(by allocation and by activity) and cost." + HOURS + RULES,
             [
                 target(f"namespace_pod:gpu_allocated_hours:increase1d{{{POD}}}"),
                 target(f"namespace_pod:gpu_busy_hours:increase1d{{{POD}}}"),
                 target(f"namespace_pod:gpu_idle_hours:increase1d{{{POD}}}"),
                 target(f"namespace_pod:gpu_energy_kwh:increase1d{{{POD}}}"),
                 target(f"namespace_pod:gpu_cost:increase1d{{{POD}}}"),
+                target(f"namespace_pod:gpu_activity_energy_kwh:increase1d{{{POD}}}"),
             ],
             "none",
             columns=[
@@ -125,6 +140,7 @@ def _pods() -> list[Any]:
                 column("C", "Idle GPU-hours", "none"),
                 column("D", "Energy", "kwatth"),
                 column("E", "Cost", "none"),
+                column("F", "Energy by activity", "kwatth"),
             ],
             hide=("cluster",),
         ),
@@ -173,6 +189,27 @@ def _unaccounted() -> list[Any]:
             "GPU-hours no pod held in the hour before each point: with the namespaces' "
             "GPU-hours, the node's total." + RULES,
             [target(f"node:gpu_unallocated_hours:increase1h{{{CLUSTER}}}", "{{node}}")],
+            "none",
+            stack=True,
+        ),
+        series(
+            "Holes in the books by node, per hour",
+            "GPU-hours charged to no pod in the hour before each point because the kubelet "
+            "did not answer for longer than the exporter charges its last answer (attribution "
+            "unknown; GPUAttributionUnknown), or because the exporter was not running (down, "
+            "with --accounting-state-dir). 0 when there was none." + RULES,
+            [
+                target(
+                    f"sum by (node) (node:gpu_attribution_unknown_hours:increase1h{{{CLUSTER}}})"
+                    " or on() vector(0)",
+                    "{{node}} attribution unknown",
+                ),
+                target(
+                    f"sum by (node) (node:gpu_down_hours:increase1h{{{CLUSTER}}})"
+                    " or on() vector(0)",
+                    "{{node}} exporter down",
+                ),
+            ],
             "none",
             stack=True,
         ),

@@ -186,6 +186,16 @@ HolderKey = tuple[str, str, str, str]
 """(device key, namespace, pod, container); the names are "" for a device holding itself."""
 
 
+class Window(NamedTuple):
+    """When a holder began (``start``) and stopped (``end``) holding its device, unix
+    seconds, where it happened since the last cycle (None: not in that time, or not
+    known); ``share``: its part of the device (Claim.share) when last seen."""
+
+    start: float | None
+    end: float | None
+    share: float = 1.0
+
+
 class HolderAccount(NamedTuple):
     """One holder's totals on one device: GPU-seconds and joules. ``labels`` is the same
     tuple for as long as the ledger keeps the holder; ``ended_at`` (unix s) None while it
@@ -198,6 +208,7 @@ class HolderAccount(NamedTuple):
     idle: float
     energy: float
     ended_at: float | None
+    activity_energy: float = 0.0  # J: idle power by allocation, power above it by activity
 
 
 class GpuAccount(NamedTuple):
@@ -212,6 +223,8 @@ class GpuAccount(NamedTuple):
     unattributed: float
     unknown: tuple[tuple[str, float, float], ...] = ()
     down: tuple[float, float] | None = None  # (GPU-seconds, joules) the exporter was down
+    activity_unattributed: float = 0.0  # J no holder got by the activity split
+    idle_watts: float | None = None  # the idle power the activity split used; None: not yet
 
 
 class Unaccounted(NamedTuple):
@@ -228,13 +241,15 @@ class Accounts:
     """GPU accounting's values after a cycle. ``unaccounted`` is None without pod
     attribution; ``dropped``: (reason, holders dropped) for "limit" and "retention";
     ``replicas``: (device, replicas its shares are over, basis) of each device held in
-    replicas (DeviceUse)."""
+    replicas (DeviceUse); ``bases``: (device, what the energy split by activity measured
+    its activity by: "gpm", "processes", "utilization" or "allocation")."""
 
     holders: tuple[HolderAccount, ...] = ()
     gpus: tuple[GpuAccount, ...] = ()
     unaccounted: tuple[Unaccounted, ...] | None = None
     dropped: tuple[tuple[str, int], ...] = ()
     replicas: tuple[tuple[Device, int, str], ...] = ()
+    bases: tuple[tuple[Device, str], ...] = ()  # what each device's activity was measured by
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from exporter.nvml.session import NO_DRIVER, DriverGone
 from exporter.runtime.heap import Trimmer, limit_arenas
 from exporter.runtime.ratelimit import RateLimited
 from exporter.snapshot import CollectorResult, Snapshot
+from exporter.workloads.sightings import SIGHT_S
 
 if TYPE_CHECKING:
     from exporter.workloads.attribution import Attribution
@@ -138,7 +139,7 @@ class Poller:
         due = [now, *(now + g.interval_s for g in groups)]
         while True:
             i = min(range(len(due)), key=due.__getitem__)
-            await asyncio.sleep(max(0.0, due[i] - loop.time()))
+            await self._sleep_until(due[i])
             try:
                 if i == 0:
                     await self.cycle()
@@ -156,6 +157,18 @@ class Poller:
             if self.collector.groups is not groups:  # a reload changed them
                 groups = self.collector.groups
                 due = [due[0], *(now + g.interval_s for g in groups)]
+
+    async def _sleep_until(self, when: float) -> None:
+        """Sleep until ``when`` (the loop's clock); with pod attribution at intervals longer
+        than SIGHT_S, asking the kubelet every SIGHT_S meanwhile who holds what, so that
+        accounting sees pods shorter than the interval (workloads/sightings.py)."""
+        loop = asyncio.get_running_loop()
+        attr = self.attribution
+        if attr is not None and self.interval_s > SIGHT_S:
+            while when - loop.time() > SIGHT_S:
+                await asyncio.sleep(SIGHT_S)
+                await attr.sight(self.collector.clock())
+        await asyncio.sleep(max(0.0, when - loop.time()))
 
     async def read_group(self, i: int) -> None:
         """Read group ``i`` and publish, unless the worker is still busy (then skipped)."""
@@ -297,17 +310,19 @@ class Poller:
         workloads = self._workloads if group else self.workloads(snap)
         uses = None
         unknown = ""
+        windows = None
         if attr is None:
             held = Held(workloads=workloads)
         else:
             held = Held(attr.holders(), tuple(attr.splits(snap)), attr.sharers(), workloads)
             uses = None if group else attr.usage(snap)
             unknown = attr.unknown(snap.taken_at)
+            windows = None if group else attr.windows()
         if group:
             frame = self.derive.again(snap, held)
         else:
             driver = self.collector.session.driver_version
-            frame = self.derive.cycle(snap, self.catalog, held, uses, unknown, driver)
+            frame = self.derive.cycle(snap, self.catalog, held, uses, unknown, driver, windows)
         series = self.builder.render(frame, self.catalog)
         if attr is not None:
             ok = not attr.mapper.status

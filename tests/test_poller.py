@@ -160,3 +160,36 @@ def test_malloc_arena_cap_leaves_a_users_setting_alone(monkeypatch: pytest.Monke
     except AttributeError:
         pytest.skip("no glibc mallopt here (musl or macOS): nothing to cap")
     assert limit_arenas() is True
+
+
+class _Sighted:
+    """Records the kubelet asks between cycles (Attribution.sight)."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []
+
+    async def sight(self, now: float) -> None:
+        self.at.append(now)
+
+
+async def test_between_cycles_the_kubelet_is_asked_every_sight_interval(node, monkeypatch):
+    """At an interval longer than SIGHT_S, the wait for the next cycle asks the kubelet who
+    holds what every SIGHT_S (with the collector's clock: real time here), so accounting
+    sees pods shorter than the interval; at a shorter interval it is not asked between
+    cycles."""
+    _, poller = node
+    monkeypatch.setattr("exporter.poller.SIGHT_S", 0.05)
+    sighted = _Sighted()
+    poller.attribution = sighted  # type: ignore[assignment]
+    poller.interval_s = 1.0
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await poller._sleep_until(start + 0.22)
+    assert loop.time() >= start + 0.22
+    n = len(sighted.at)
+    assert 3 <= n <= 4  # at 0.05, 0.10, 0.15 and, unless the loop ran late, 0.20
+    gaps = [b - a for a, b in zip(sighted.at, sighted.at[1:], strict=False)]
+    assert all(g >= 0.045 for g in gaps), gaps  # the collector's clock, every SIGHT_S
+    poller.interval_s = 0.05
+    await poller._sleep_until(loop.time() + 0.22)
+    assert len(sighted.at) == n

@@ -23,7 +23,7 @@ from exporter.derive.accounting.statefile import SAVE_EVERY_S, Identity, StateFi
 from exporter.derive.clocktotals import ClockEventTotals
 from exporter.derive.health import HealthTracker
 from exporter.derive.xids import XidCounter
-from exporter.frame import Derived, DeviceUse, Frame, Held
+from exporter.frame import Derived, DeviceUse, Frame, Held, HolderKey, Window
 from exporter.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
@@ -69,13 +69,15 @@ class Derive:
         uses: Mapping[str, DeviceUse] | None = None,
         unknown: str = "",
         driver: str = "",
+        windows: Mapping[HolderKey, Window] | None = None,
     ) -> Frame:
         """Advance every counter, window and the ledger with ``snap``: the cycle's frame.
 
         ``held``: who held the devices (the XID counts are charged to ``held.holders``);
         ``uses`` (with pod attribution): every device's holders for GPU accounting, None
         where each device is its own holder; ``unknown``: why those holders are too old
-        to be charged (the kubelet away), "" when they are current. The DCGM_EXP_* data is
+        to be charged (the kubelet away), "" when they are current; ``windows``: when
+        holders began and stopped since the last cycle. The DCGM_EXP_* data is
         derived for the families ``catalog`` enables. With a state directory, the first
         cycle restores the counters a process before kept (``driver``: the driver version
         they must have been counted under) and they are written every ``SAVE_EVERY_S``.
@@ -84,7 +86,7 @@ class Derive:
             self._restore(snap, driver)
         xids = tuple(self.xids.update(snap, held.holders))
         derived = self._derived(snap, self._enabled(catalog))
-        self.ledger.update(snap, uses, unknown)
+        self.ledger.update(snap, uses, unknown, windows)
         accounts = self.ledger.accounts(uses, snap.entities)
         self.last = Frame(snap, held, xids, derived, accounts, xid_text(snap))
         if self.state is not None and snap.taken_at - self._saved_at >= SAVE_EVERY_S:

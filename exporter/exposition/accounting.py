@@ -32,6 +32,10 @@ UNKNOWN = "gpu_exporter_attribution_unknown_gpu_seconds_total"
 DOWN = "gpu_exporter_down_gpu_seconds_total"
 DOWN_ENERGY = "gpu_exporter_down_energy_joules_total"
 UNKNOWN_ENERGY = "gpu_exporter_attribution_unknown_energy_joules_total"
+ACTIVITY_ENERGY = "gpu_exporter_activity_energy_joules_total"
+ACTIVITY_UNATTRIBUTED = "gpu_exporter_unattributed_activity_energy_joules_total"
+IDLE_POWER = "gpu_exporter_idle_power_watts"
+ACTIVITY_BASIS = "gpu_exporter_activity_basis"
 HELP = {
     ALLOCATED: "GPU-seconds held: a whole GPU counts 1 a second, a MIG instance its compute "
     "slices over the GPU's, a share of a time-sliced or MPS GPU its part.",
@@ -43,6 +47,16 @@ HELP = {
     UNALLOCATED: "GPU-seconds of the GPU that no one held.",
     UNATTRIBUTED: "Energy of the GPU (J) no holder was charged: idle power of unallocated "
     "parts, shares of processes that belong to no holder.",
+    ACTIVITY_ENERGY: "The holder's part of its GPU's energy (J) by activity: the GPU's idle "
+    "power by allocation, the power above it by measured activity "
+    "(gpu_exporter_activity_basis).",
+    ACTIVITY_UNATTRIBUTED: "Energy of the GPU (J) no holder was charged by the activity "
+    "split: idle power of unallocated parts, activity of no holder.",
+    IDLE_POWER: "The GPU's idle power (W) the activity split uses: the lowest average power "
+    "of a collection interval since the exporter started.",
+    ACTIVITY_BASIS: "1 for what a device's activity is measured by in the energy split by "
+    "activity: gpm (SM or graphics-engine activity), processes (their SM utilization), "
+    "utilization (no GPM), allocation (nothing measured).",
     UNKNOWN: "GPU-seconds of the GPU whose holders were not known (the kubelet not "
     "answering for longer than the exporter charges its last answer), by reason.",
     UNKNOWN_ENERGY: "Energy of the GPU (J) while its holders were not known, by reason.",
@@ -58,7 +72,7 @@ HELP = {
     '(basis="advertised", GetAllocatableResources), else those its holders hold '
     '(basis="held").',
 }
-COUNTERS = (ALLOCATED, BUSY, IDLE, ENERGY)
+COUNTERS = (ALLOCATED, BUSY, IDLE, ENERGY, ACTIVITY_ENERGY)
 LEFT_OUT = frozenset({"pci_bus_id", "device"})  # and label fields (DCGM_FI_*)
 
 
@@ -68,7 +82,7 @@ def identity(labels: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 Labels = tuple[tuple[str, str], ...]
-Lines = tuple[str, str, str, str]
+Lines = tuple[str, str, str, str, str]
 HolderEntry = tuple[Labels, Lines, HolderAccount, Lines]  # labels, prefixes, record, lines
 GpuEntry = tuple[Labels, tuple[str, str]]  # labels, prefixes
 
@@ -79,12 +93,12 @@ class AccountText:
     same key is joined again), and an ended holder's lines are written once."""
 
     def __init__(self) -> None:
-        # holder key -> (its labels, "name{labels} " of the four counters, record, lines)
+        # holder key -> (its labels, "name{labels} " of the five counters, record, lines)
         self._holders: dict[HolderKey, HolderEntry] = {}
         self._gpus: dict[str, GpuEntry] = {}
 
     def _holder(self, acc: HolderAccount, last: Mapping[HolderKey, HolderEntry]) -> Lines:
-        """The holder's four sample lines (``last``: the previous cycle's entries)."""
+        """The holder's five sample lines (``last``: the previous cycle's entries)."""
         got = last.get(acc.key)
         if got is not None and got[2] is acc:
             self._holders[acc.key] = got  # an ended holder: its values no longer change
@@ -97,14 +111,15 @@ class AccountText:
             if pod or namespace or container:
                 pairs += [("pod", pod), ("namespace", namespace), ("container", container)]
             joined = text.join(pairs)
-            a, b, i, e = (f"{name}{{{joined}}} " for name in COUNTERS)
-            prefixes = (a, b, i, e)
-        a, b, i, e = prefixes
+            a, b, i, e, x = (f"{name}{{{joined}}} " for name in COUNTERS)
+            prefixes = (a, b, i, e, x)
+        a, b, i, e, x = prefixes
         lines = (
             f"{a}{acc.allocated:.3f}\n",
             f"{b}{acc.busy:.3f}\n",
             f"{i}{acc.idle:.3f}\n",
             f"{e}{acc.energy:.3f}\n",
+            f"{x}{acc.activity_energy:.3f}\n",
         )
         self._holders[acc.key] = (acc.labels, prefixes, acc, lines)
         return lines
@@ -121,7 +136,7 @@ class AccountText:
         """Text and series count of the accounting families (no unaccounted-memory families
         without pod attribution)."""
         lines: dict[str, list[str]] = {name: [] for name in HELP}
-        allocated, busy, idle, energy = (lines[name] for name in COUNTERS)
+        allocated, busy, idle, energy, activity = (lines[name] for name in COUNTERS)
         last, self._holders = self._holders, {}  # keeps only the records of this cycle
         for acc in accounts.holders:
             got = self._holder(acc, last)
@@ -129,13 +144,18 @@ class AccountText:
             busy.append(got[1])
             idle.append(got[2])
             energy.append(got[3])
+            activity.append(got[4])
         last_gpus, self._gpus = self._gpus, {}
         for gpu in accounts.gpus:
             u, w = self._gpu(gpu, last_gpus)
             lines[UNALLOCATED].append(f"{u}{gpu.unallocated:.3f}\n")
             lines[UNATTRIBUTED].append(f"{w}{gpu.unattributed:.3f}\n")
+            joined = text.join(identity(gpu.labels))
+            rest = f"{ACTIVITY_UNATTRIBUTED}{{{joined}}} {gpu.activity_unattributed:.3f}\n"
+            lines[ACTIVITY_UNATTRIBUTED].append(rest)
+            if gpu.idle_watts is not None:
+                lines[IDLE_POWER].append(f"{IDLE_POWER}{{{joined}}} {gpu.idle_watts:.3f}\n")
             if gpu.down is not None:
-                joined = text.join(identity(gpu.labels))
                 lines[DOWN].append(f"{DOWN}{{{joined}}} {gpu.down[0]:.3f}\n")
                 lines[DOWN_ENERGY].append(f"{DOWN_ENERGY}{{{joined}}} {gpu.down[1]:.3f}\n")
             for reason, seconds, joules in gpu.unknown:
@@ -150,6 +170,9 @@ class AccountText:
         for dev, n, basis in accounts.replicas:
             labels = text.join([*identity(dev.labels), ("basis", basis)])
             lines[REPLICAS].append(f"{REPLICAS}{{{labels}}} {n}\n")
+        for dev, basis in accounts.bases:
+            labels = text.join([*identity(dev.labels), ("basis", basis)])
+            lines[ACTIVITY_BASIS].append(f"{ACTIVITY_BASIS}{{{labels}}} 1\n")
         for reason, n in accounts.dropped:
             lines[DROPPED].append(f'{DROPPED}{{reason="{reason}"}} {n}\n')
         out = []

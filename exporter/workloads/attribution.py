@@ -15,12 +15,13 @@ import asyncio
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from exporter.config.model import KubeConfig
-from exporter.frame import DeviceUse, Holder, KubeStatus, Owner, Split
+from exporter.frame import DeviceUse, Holder, HolderKey, KubeStatus, Owner, Split, Window
+from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.advertised import AdvertisedReplicas
@@ -29,7 +30,8 @@ from exporter.workloads.kubelet.podresources import PodResourcesClient
 from exporter.workloads.limits import Drops
 from exporter.workloads.mapper import Mapper, PodMap
 from exporter.workloads.sharing import split_shared
-from exporter.workloads.usage import Usage, wants_processes
+from exporter.workloads.sightings import Sightings
+from exporter.workloads.usage import Usage, shares, wants_processes
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,8 @@ class Attribution:
         self._turn = 0  # cycles asked which process lists to read
         self._good_at: float | None = None  # collector time of the last current map
         self._warn = RateLimitedLog(log)
+        self.sightings = Sightings(self._api_times)
+        self._devices: tuple[Sequence[Device], Sequence[Device]] | None = None  # the last cycle's
         if cfg.pod_uid or cfg.pod_labels or cfg.dcgm_pod_labels or cfg.dra:
             self._start_watcher()
 
@@ -98,17 +102,47 @@ class Attribution:
             self._warn.warning("%s: %s; keeping the last pod labels", self.mapper.status, e)
         self.duration = loop.time() - t0
 
-    async def _refresh(self, snap: Snapshot) -> None:
-        instances = [d for d in snap.entities if d.is_mig]
+    async def sight(self, now: float) -> None:
+        """Ask the kubelet between cycles who holds what (at ``now``, the collector's unix
+        seconds), for holders' start and end times only (sightings.py); never raises."""
+        if self._devices is None:
+            return
         try:
-            await asyncio.wait_for(
-                # down GPUs too: a GPU that fell off the bus keeps its pod on its XID counter
-                self.mapper.refresh(snap.gpus + snap.down, instances),
-                self.cfg.timeout_s + 1,
-            )
+            await self._ask(*self._devices, now)
+        except Exception as e:  # the next cycle asks again
+            self._warn.warning("kubelet asked between cycles: %s: %s", type(e).__name__, e)
+
+    async def _ask(self, gpus: Sequence[Device], instances: Sequence[Device], now: float) -> None:
+        """Ask the kubelet's List and map it; record who it lists (when it answered)."""
+        try:
+            await asyncio.wait_for(self.mapper.refresh(gpus, instances), self.cfg.timeout_s + 1)
         except TimeoutError:
             self.mapper.status = "kubelet did not answer in time"
             self.mapper.reason = "kubelet_timeout"
+        if not self.mapper.status:
+            self.sightings.see(self.mapper.map.owners, self._share, now)
+
+    def _share(self, key: str, owner: Owner) -> float:
+        pm = self.mapper.map
+        holders = pm.owners.get(key, ())
+        if owner not in holders:
+            return 1.0
+        parts = shares(holders, pm.replicas.get(key, {}), self.advertised.replicas.get(key))[0]
+        return parts[holders.index(owner)]
+
+    def _api_times(self, owner: Owner) -> tuple[float | None, float | None]:
+        info = self.watcher.pod_by_name(owner.namespace, owner.pod) if self.watcher else None
+        return info.times.get(owner.container, (None, None)) if info is not None else (None, None)
+
+    def windows(self) -> dict[HolderKey, Window]:
+        """When holders began or stopped holding their devices since the last call."""
+        return self.sightings.take()
+
+    async def _refresh(self, snap: Snapshot) -> None:
+        instances = [d for d in snap.entities if d.is_mig]
+        # down GPUs too: a GPU that fell off the bus keeps its pod on its XID counter
+        self._devices = (snap.gpus + snap.down, instances)
+        await self._ask(snap.gpus + snap.down, instances, snap.taken_at)
         pm = self.mapper.map
         now = asyncio.get_running_loop().time()
         if not self.mapper.status and self.advertised.due(pm.replicas, now):

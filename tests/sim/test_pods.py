@@ -87,7 +87,7 @@ def test_a_process_cannot_end_before_it_starts() -> None:
 
 def test_the_shipped_accounting_fleet_loads() -> None:
     fleet = load_fleet(ACCOUNTING)
-    assert len(fleet.gpus) == 6 and len(fleet.pods) == 8
+    assert len(fleet.gpus) == 6 and len(fleet.pods) == 21
 
 
 def test_gpu_instance_profiles_list_the_gpus_slices(mixed) -> None:

@@ -96,6 +96,7 @@ HOLDER_FAMILIES = (
     "gpu_exporter_busy_gpu_seconds_total",
     "gpu_exporter_idle_gpu_seconds_total",
     "gpu_exporter_energy_joules_total",
+    "gpu_exporter_activity_energy_joules_total",
 )
 
 

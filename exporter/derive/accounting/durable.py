@@ -1,7 +1,8 @@
 """What the state file keeps of the counters, and how a new process takes them back.
 
-The ledger's holders (their totals, and when they ended), each GPU's unallocated,
-unattributed, unknown and down totals with the time and energy counter its last
+The ledger's holders (their totals, activity energy included, and when they ended),
+each GPU's unallocated, unattributed (by allocation and by activity), unknown and down
+totals with the time and energy counter its last
 interval was charged to, the holders dropped, the clock-event totals and the XID totals
 (DCGM_EXP_XID_ERRORS_TOTAL, by device identity, XID and the pod charged). A restored
 GPU's first interval, from that time to the new process's first cycle, is down time.
@@ -24,7 +25,16 @@ from exporter.frame import Holder, Owner
 def dump(ledger: Ledger, clocks: ClockEventTotals, xids: XidCounter) -> dict[str, Any]:
     """The state to write (JSON-ready)."""
     holders = [
-        [*h.key, _pairs(h.device_labels), h.allocated, h.busy, h.idle, h.energy, h.ended_at]
+        [
+            *h.key,
+            _pairs(h.device_labels),
+            h.allocated,
+            h.busy,
+            h.idle,
+            h.energy,
+            h.ended_at,
+            h.activity_energy,
+        ]
         for h in ledger.holders.values()
     ]
     gpus = []
@@ -32,7 +42,7 @@ def dump(ledger: Ledger, clocks: ClockEventTotals, xids: XidCounter) -> dict[str
         since, energy = ledger.charged_to(g.key)
         unknown = [[r, v[0], v[1]] for r, v in sorted(g.unknown.items())]
         totals = [g.unallocated, g.unattributed, g.down, g.down_energy]
-        gpus.append([g.key, _pairs(g.labels), *totals, unknown, since, energy])
+        gpus.append([g.key, _pairs(g.labels), *totals, unknown, since, energy, g.activity_rest])
     return {
         "holders": holders,
         "gpus": gpus,
@@ -122,19 +132,21 @@ def _optional(value: Any, where: str) -> float | None:
 
 def _holder(row: Any, i: int) -> HolderTotals:
     where = f"holders[{i}]"
-    if not isinstance(row, list) or len(row) != 10:
-        raise Unusable(f"{where} is not a list of 10")
+    if not isinstance(row, list) or len(row) not in (10, 11):  # 10: before activity energy
+        raise Unusable(f"{where} is not a list of 11")
     key = (text(row[0], where), text(row[1], where), text(row[2], where), text(row[3], where))
     h = HolderTotals(key, _labels(row[4], where))
     h.allocated, h.busy, h.idle, h.energy = (number(v, where) for v in row[5:9])
     h.ended_at = _optional(row[9], where)
+    if len(row) == 11:
+        h.activity_energy = number(row[10], where)
     return h
 
 
 def _gpu(row: Any, i: int) -> tuple[GpuTotals, tuple[float, float | None] | None]:
     where = f"gpus[{i}]"
-    if not isinstance(row, list) or len(row) != 9:
-        raise Unusable(f"{where} is not a list of 9")
+    if not isinstance(row, list) or len(row) not in (9, 10):  # 9: before activity energy
+        raise Unusable(f"{where} is not a list of 10")
     g = GpuTotals(text(row[0], where), _labels(row[1], where))
     g.unallocated, g.unattributed, g.down, g.down_energy = (number(v, where) for v in row[2:6])
     g.unknown = {
@@ -142,4 +154,6 @@ def _gpu(row: Any, i: int) -> tuple[GpuTotals, tuple[float, float | None] | None
         for r in _rows(row[6], f"{where} unknown", 3)
     }
     since = _optional(row[7], where)
+    if len(row) == 10:
+        g.activity_rest = number(row[9], where)
     return g, None if since is None else (since, _optional(row[8], where))

@@ -20,8 +20,16 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.derive.accounting.plan import GpuPlan, Planner
-from exporter.frame import Accounts, DeviceUse, GpuAccount, HolderAccount, HolderKey, Unaccounted
+from exporter.derive.accounting.plan import GpuPlan, Planner, Share
+from exporter.frame import (
+    Accounts,
+    DeviceUse,
+    GpuAccount,
+    HolderAccount,
+    HolderKey,
+    Unaccounted,
+    Window,
+)
 from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot
@@ -44,6 +52,7 @@ class HolderTotals:
     busy: float = 0.0
     idle: float = 0.0
     energy: float = 0.0
+    activity_energy: float = 0.0  # J: idle power by allocation, power above it by activity
     ended_at: float | None = None  # unix seconds it was last seen holding; None while it holds
     ended: HolderAccount | None = None  # its frozen values once it ended (they stay)
 
@@ -59,6 +68,7 @@ class HolderTotals:
             self.idle,
             self.energy,
             self.ended_at,
+            self.activity_energy,
         )
         if self.ended_at is not None:
             self.ended = got
@@ -78,6 +88,8 @@ class GpuTotals:
     unknown: dict[str, list[float]] = field(default_factory=dict)
     down: float = 0.0  # GPU-seconds the exporter was not running (restored state)
     down_energy: float = 0.0  # joules the GPU used meanwhile
+    activity_rest: float = 0.0  # joules no holder got by the activity split
+    idle_w: float | None = None  # the lowest average power of an interval seen (W)
 
 
 class Ledger:
@@ -105,17 +117,16 @@ class Ledger:
         self._evictable: list[HolderTotals] | None = None
 
     def update(
-        self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None, unknown: str = ""
+        self,
+        snap: Snapshot,
+        uses: Mapping[str, DeviceUse] | None,
+        unknown: str = "",
+        windows: Mapping[HolderKey, Window] | None = None,
     ) -> None:
-        """Charge the interval that ends with ``snap``; ``uses`` and ``unknown`` as
-        plan.plans takes them. While holders are not known, none of them ends."""
-        now = self.planner.plans(snap, uses, unknown)
-        for gpu_key, plan in now.items():
-            last = self._plans.get(gpu_key)
-            if last is not None:
-                self._charge(last, plan)
-            elif gpu_key in self._resume:
-                self._down(gpu_key, plan)
+        """Charge the interval that ends with ``snap``; ``uses``, ``unknown`` and
+        ``windows`` as plan.plans takes them. While holders are not known, none of them
+        ends."""
+        now = self.planner.plans(snap, uses, unknown, windows)
         live = {share[0] for plan in now.values() for share in plan.shares}
         if unknown and uses is not None:
             live = set(self.holders)
@@ -128,6 +139,16 @@ class Ledger:
             gpu.ended_at = None
             for holder, labels, *_ in plan.shares:
                 self._holder(holder, labels)
+            for (holder, labels, *_), _, _ in plan.passing:
+                acc = self._holder(holder, labels)
+                if acc is not None and acc.ended_at is None and holder not in live:
+                    acc.ended_at = snap.taken_at  # it came and went: its retention starts
+        for gpu_key, plan in now.items():
+            last = self._plans.get(gpu_key)
+            if last is not None:
+                self._charge(last, plan)
+            elif gpu_key in self._resume:
+                self._down(gpu_key, plan)
         self._plans = now
 
     def accounts(self, uses: Mapping[str, DeviceUse] | None, devices: Sequence[Device]) -> Accounts:
@@ -143,42 +164,77 @@ class Ledger:
                     g.unattributed,
                     tuple((r, v[0], v[1]) for r, v in sorted(g.unknown.items())),
                     (g.down, g.down_energy) if self.durable else None,
+                    g.activity_rest,
+                    g.idle_w,
                 )
                 for g in self.gpus.values()
             ),
             unaccounted(uses, devices),
             tuple((reason, self.dropped[reason]) for reason in ("limit", "retention")),
             replicas(uses, devices),
+            tuple(self.planner.bases),
         )
 
     def _charge(self, last: GpuPlan, plan: GpuPlan) -> None:
-        """Charge ``plan``'s GPU for the time since ``last`` with ``last``'s weights."""
-        dt = plan.taken_at - last.taken_at
+        """Charge ``plan``'s GPU for the time since ``last`` with ``last``'s weights; a
+        holder that stopped meanwhile up to its end, and one that began meanwhile (or came
+        and went) from its start with its own weights (plan.py's windows)."""
+        t0, t1 = last.taken_at, plan.taken_at
+        dt = t1 - t0
         if dt <= 0:
             return
         joules = None
         if last.energy_mj is not None and plan.energy_mj is not None:
             delta = plan.energy_mj - last.energy_mj
             joules = delta / 1000.0 if delta >= 0 else None  # a reload restarts the counter
-        holders = self.holders
-        for key, _, alloc, busy, idle, energy in last.shares:
-            acc = holders.get(key)
-            if acc is None:
-                continue  # not counted (past max_holders)
-            acc.allocated += dt * alloc
-            acc.busy += dt * busy
-            if idle:
-                acc.idle += dt * alloc
-            if joules is not None:
-                acc.energy += joules * energy
         gpu = self.gpus[last.key]
-        gpu.unallocated += dt * max(last.unallocated, 0.0)
-        if joules is not None:
-            gpu.unattributed += joules * max(last.unattributed, 0.0)
+        split = None if joules is None else _Split(gpu, joules, dt, last.active)
+        free = dt * max(last.unallocated, 0.0)  # GPU-seconds
+        rest = max(last.unattributed, 0.0)  # part of the energy
+        ends = plan.ends
+        for share in last.shares:
+            end = ends.get(share[0])
+            held = dt if end is None else min(max(end - t0, 0.0), dt)
+            self._add(share, held, split)
+            if held < dt:
+                free += (dt - held) * share[2]
+                rest += (1.0 - held / dt) * share[5]
+        if plan.starts or plan.passing:
+            before = {share[0] for share in last.shares}
+            late = [(s, plan.starts[s[0]], t1) for s in plan.shares if s[0] in plan.starts]
+            if split is not None:
+                split.active = plan.active  # their activity is of this cycle
+            for share, start, end in late + plan.passing:
+                if share[0] in before:
+                    continue
+                held = max(min(end, t1) - max(start, t0), 0.0)
+                self._add(share, held, split)
+                free -= held * share[2]
+                rest -= held / dt * share[5]
+        gpu.unallocated += max(free, 0.0)
+        if joules is not None and split is not None:
+            gpu.unattributed += joules * max(rest, 0.0)
+            gpu.activity_rest += max(joules * (1.0 - last.unknown) - split.given, 0.0)
         if last.unknown > 0:
             got = gpu.unknown.setdefault(last.reason, [0.0, 0.0])
             got[0] += dt * last.unknown
             got[1] += (joules or 0.0) * last.unknown
+
+    def _add(self, share: Share, held: float, split: _Split | None) -> None:
+        """Charge one holder ``held`` seconds of its share; ``split``: the GPU's energy over
+        the interval (None: not known)."""
+        acc = self.holders.get(share[0])
+        if acc is None or held <= 0:
+            return  # not counted (past max_holders), or not held in the interval
+        _, _, alloc, busy, idle, energy, active = share
+        acc.allocated += held * alloc
+        acc.busy += held * busy
+        if idle:
+            acc.idle += held * alloc
+        if split is not None:
+            part = held / split.dt
+            acc.energy += split.joules * energy * part
+            acc.activity_energy += split.take(alloc, active, part)
 
     def charged_to(self, gpu_key: str) -> tuple[float | None, float | None]:
         """(unix s, energy counter mJ) a GPU's counters are charged to; None not known."""
@@ -255,6 +311,31 @@ class Ledger:
                 g.ended_at = now
             elif now - g.ended_at > self.retention_s:
                 del self.gpus[gpu_key]
+
+
+class _Split:
+    """One interval's energy of a GPU split by activity: its idle power (the lowest
+    average power of an interval the GPU has drawn) by allocation, the power above it by
+    each holder's activity over all the GPU's (by allocation when nothing was active)."""
+
+    __slots__ = ("above", "active", "dt", "given", "idle", "joules")
+
+    def __init__(self, gpu: GpuTotals, joules: float, dt: float, active: float) -> None:
+        watts = joules / dt
+        if gpu.idle_w is None or watts < gpu.idle_w:
+            gpu.idle_w = watts
+        self.joules, self.dt, self.active = joules, dt, active
+        self.idle = min(gpu.idle_w * dt, joules)
+        self.above = joules - self.idle
+        self.given = 0.0  # joules given to holders so far
+
+    def take(self, alloc: float, active: float, part: float) -> float:
+        """Joules of a holder of ``alloc`` with ``active`` activity for ``part`` of the
+        interval."""
+        weight = active / self.active if self.active > 0 else alloc
+        got = (self.idle * alloc + self.above * weight) * part
+        self.given += got
+        return got
 
 
 def unaccounted(

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.frame import DeviceUse, HolderKey
+from exporter.frame import DeviceUse, HolderKey, Window
 from exporter.nvml.devices import Device
 from exporter.snapshot import Snapshot
 
@@ -28,10 +28,11 @@ ALWAYS_READ = (ENERGY, UTIL, FB_USED)
 
 
 # One holder's part of one GPU during an interval: (holder, device labels, alloc, busy,
-# idle, energy). ``alloc``: GPU-seconds per second it holds; ``busy``: of those, busy
-# ones; ``idle``: whether the whole of ``alloc`` counts as idle; ``energy``: its part of
-# the GPU's energy (0..1). A tuple: a cycle makes one per holder.
-Share = tuple[HolderKey, tuple[tuple[str, str], ...], float, float, bool, float]
+# idle, energy, active). ``alloc``: GPU-seconds per second it holds; ``busy``: of those,
+# busy ones; ``idle``: whether the whole of ``alloc`` counts as idle; ``energy``: its part
+# of the GPU's energy (0..1); ``active``: its activity in parts of the whole GPU
+# (GpuPlan.active). A tuple: a cycle makes one per holder.
+Share = tuple[HolderKey, tuple[tuple[str, str], ...], float, float, bool, float, float]
 _NONE: Mapping[str, float] = {}
 
 
@@ -60,6 +61,28 @@ class GpuPlan:
     unattributed: float = 1.0  # part of the energy no holder gets
     unknown: float = 0.0  # GPU-seconds per second whose holders are not known, and energy
     reason: str = ""  # why they are not known
+    active: float = 0.0  # the activity of all its devices and processes, in parts of it
+    # since the last cycle (pod attribution's windows): unix s each holder of ``shares``
+    # first seen now began, each holder that stopped ended (sightings.py), and the
+    # holders that began and stopped between the two cycles, with their window
+    starts: dict[HolderKey, float] = field(default_factory=dict)
+    ends: dict[HolderKey, float] = field(default_factory=dict)
+    passing: list[tuple[Share, float, float]] = field(default_factory=list)
+
+
+def measured(dev: Device, values: Mapping[str, float]) -> tuple[float, str]:
+    """Activity 0..1 of a device for the energy split by activity, and its basis: GPM SM
+    activity (else graphics-engine activity) on whole GPUs and MIG instances alike
+    ("gpm"); where the GPU has no GPM, a whole GPU's utilization ("utilization"); else
+    nothing measured (0, "allocation")."""
+    for name in MIG_ACTIVITY:
+        v = values.get(name)
+        if v is not None and v == v:  # GPM can answer NaN
+            return min(max(float(v), 0.0), 1.0), "gpm"
+    util = values.get(UTIL)
+    if not dev.is_mig and util is not None:
+        return min(max(util / 100.0, 0.0), 1.0), "utilization"
+    return 0.0, "allocation"
 
 
 def activity(dev: Device, values: Mapping[str, float]) -> float | None:
@@ -83,6 +106,7 @@ class Planner:
         self.idle_below = idle_below
         self._parts: dict[str, tuple[Device, DeviceUse | None, tuple[_Part, ...]]] = {}
         self._layout: tuple[tuple[Device, ...], tuple[Device, ...], list[Any]] = ((), (), [])
+        self.bases: list[tuple[Device, str]] = []  # the last plans' (device, activity basis)
 
     def _gpus(self, snap: Snapshot) -> list[tuple[Device, list[Device]]]:
         """Each physical GPU with the devices that hold its parts (itself, or its MIG
@@ -98,7 +122,11 @@ class Planner:
         return layout
 
     def plans(
-        self, snap: Snapshot, uses: Mapping[str, DeviceUse] | None, unknown: str = ""
+        self,
+        snap: Snapshot,
+        uses: Mapping[str, DeviceUse] | None,
+        unknown: str = "",
+        windows: Mapping[HolderKey, Window] | None = None,
     ) -> dict[str, GpuPlan]:
         """Plans of the GPUs of ``snap`` that answered, by GPU key.
 
@@ -106,6 +134,7 @@ class Planner:
         Kubernetes, where every whole GPU and MIG instance is its own holder. ``unknown``:
         why who holds what is not known this cycle (the kubelet away): every device's
         part then goes to the GPU's unknown part, with that reason, not to a holder.
+        ``windows``: when holders began and stopped since the last cycle (GpuPlan).
         """
         if unknown and uses is not None:
             return self._unknown(snap, unknown)
@@ -114,6 +143,7 @@ class Planner:
         kept = self._parts
         parts = {}
         out = {}
+        self.bases = bases = []
         for gpu, devices in self._gpus(snap):
             plan = GpuPlan(
                 gpu.key, gpu.labels, snap.taken_at, values.get(gpu.key, _NONE).get(ENERGY)
@@ -126,19 +156,30 @@ class Planner:
                 if static is None:
                     static = _parts(dev, use, uses is None)
                 parts[dev.key] = (dev, use, static)
+                got = values.get(dev.key, _NONE)
+                level, basis = measured(dev, got)
                 if not static:
+                    plan.active += _size(dev) * level
                     continue
-                a = activity(dev, values.get(dev.key, _NONE))
+                a = activity(dev, got)
+                joined = any(p.own is not None for p in static)  # per-process SM samples
+                if joined and use is not None:
+                    basis = "processes"
+                    plan.active += _size(dev) * use.unattributed_sm_percent / 100.0
+                bases.append((dev, basis))
                 for p in static:
                     own = a if p.own is None else p.own
                     idle = p.running is False or (own is not None and own < idle_below)
-                    shares.append(
-                        (p.key, dev.labels, p.alloc, p.alloc * (own or 0.0), idle, p.energy)
-                    )
+                    active = p.alloc * ((p.own or 0.0) if joined else level)
+                    plan.active += active
+                    busy = p.alloc * (own or 0.0)
+                    shares.append((p.key, dev.labels, p.alloc, busy, idle, p.energy, active))
                     plan.unallocated -= p.alloc
                     plan.unattributed -= p.energy
             out[gpu.key] = plan
         self._parts = parts
+        if windows:
+            _place(windows, out, self._gpus(snap))
         return out
 
     def _unknown(self, snap: Snapshot, reason: str) -> dict[str, GpuPlan]:
@@ -157,6 +198,36 @@ class Planner:
                 plan.unattributed -= part
             out[gpu.key] = plan
         return out
+
+
+def _place(
+    windows: Mapping[HolderKey, Window],
+    plans: Mapping[str, GpuPlan],
+    layout: list[tuple[Device, list[Device]]],
+) -> None:
+    """Put each window on its GPU's plan: the start of a holder it holds, the end of one
+    it no longer holds, and a holder that came and went between cycles as a share of its
+    own (its device's part times its share, its energy by allocation, not busy, no
+    activity measured)."""
+    devices = {d.key: (gpu.key, d) for gpu, devs in layout for d in devs}
+    for plan in plans.values():
+        held = {share[0] for share in plan.shares}
+        for key in held & windows.keys():
+            start = windows[key].start
+            if start is not None:
+                plan.starts[key] = start
+    for key, w in windows.items():
+        found = devices.get(key[0])
+        if found is None or w.end is None:
+            continue
+        on = plans.get(found[0])
+        if on is None or key in on.starts:
+            continue
+        on.ends[key] = w.end
+        if w.start is not None:
+            alloc = _size(found[1]) * min(max(w.share, 0.0), 1.0)
+            share = (key, found[1].labels, alloc, 0.0, False, alloc, 0.0)
+            on.passing.append((share, w.start, w.end))
 
 
 def _size(dev: Device) -> float:

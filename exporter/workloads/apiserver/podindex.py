@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -20,6 +21,7 @@ from exporter.workloads.limits import Drops
 MIRROR = "kubernetes.io/config.mirror"  # a static pod's UID (as in its cgroup) on its mirror pod
 _INVALID_LABEL_CHARS = re.compile(r"[^a-zA-Z0-9_]")
 _EMPTY: Mapping[str, str] = MappingProxyType({})
+_NO_TIMES: Mapping[str, tuple[float | None, float | None]] = MappingProxyType({})
 
 RESERVED_LABELS = frozenset(
     {
@@ -42,13 +44,18 @@ class PodInfo:
     """A pod on this node. ``containers`` maps container ID (no ``containerd://``
     prefix) to container name for every container that has started, init and
     ephemeral ones included; ``labels`` holds the copied pod labels as
-    (Prometheus label name, value) pairs, sanitized and bounded."""
+    (Prometheus label name, value) pairs, sanitized and bounded; ``times`` maps an app
+    container's name to its (``startedAt``, ``finishedAt``), unix seconds, None where not
+    given."""
 
     uid: str
     name: str
     namespace: str
     containers: Mapping[str, str]
     labels: Mapping[str, str]
+    times: Mapping[str, tuple[float | None, float | None]] = field(
+        default_factory=lambda: _NO_TIMES
+    )
 
 
 def sanitize_label_name(name: str) -> str:
@@ -161,6 +168,39 @@ def _containers(status: Mapping[str, Any], drops: Drops) -> Mapping[str, str]:
     return MappingProxyType(out)
 
 
+def _stamp(value: Any) -> float | None:
+    """Unix seconds of an RFC 3339 time of the API (``2026-05-01T10:01:00Z``); None when
+    it is not one."""
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        got = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if got.tzinfo is None:
+        got = got.replace(tzinfo=UTC)
+    return got.timestamp()
+
+
+def _times(status: Mapping[str, Any]) -> Mapping[str, tuple[float | None, float | None]]:
+    """Each app container's (startedAt, finishedAt): of its running or terminated state."""
+    statuses = status.get("containerStatuses")
+    if not isinstance(statuses, list):
+        return _NO_TIMES
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for cs in statuses[: limits.MAX_CONTAINERS_PER_POD]:
+        if not isinstance(cs, Mapping) or not (name := _name(cs.get("name"))):
+            continue
+        state = cs.get("state")
+        state = state if isinstance(state, Mapping) else {}
+        running, ended = state.get("running"), state.get("terminated")
+        if isinstance(ended, Mapping):
+            out[name] = (_stamp(ended.get("startedAt")), _stamp(ended.get("finishedAt")))
+        elif isinstance(running, Mapping):
+            out[name] = (_stamp(running.get("startedAt")), None)
+    return MappingProxyType(out) if out else _NO_TIMES
+
+
 class PodIndex:
     """This node's pods, indexed by UID (and mirror UID) and by (namespace, name)."""
 
@@ -207,6 +247,7 @@ class PodIndex:
             namespace=namespace,
             containers=_containers(status if isinstance(status, Mapping) else {}, self.drops),
             labels=self.policy.select(meta.get("labels") or {}, self.drops),
+            times=_times(status if isinstance(status, Mapping) else {}),
         )
 
     def replace(self, items: Iterable[Any]) -> None:

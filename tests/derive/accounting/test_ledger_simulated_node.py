@@ -60,6 +60,10 @@ UNKNOWN_ENERGY = "gpu_exporter_attribution_unknown_energy_joules_total"
 DOWN_FAMILY = "gpu_exporter_down_gpu_seconds_total"
 DOWN_ENERGY = "gpu_exporter_down_energy_joules_total"
 REPLICAS = "gpu_exporter_accounting_share_replicas"
+ACTIVITY_ENERGY = "gpu_exporter_activity_energy_joules_total"
+ACTIVITY_REST = "gpu_exporter_unattributed_activity_energy_joules_total"
+IDLE_POWER = "gpu_exporter_idle_power_watts"
+BASIS = "gpu_exporter_activity_basis"
 
 
 @dataclass
@@ -250,6 +254,42 @@ def test_energy_of_holders_plus_unattributed_is_the_gpus_energy(run: Run) -> Non
         assert joules > 0 and _close(charged, joules), (gpu, charged, joules)
     # an unallocated GPU's idle power is unattributed, not lost
     assert run.total(ENERGY, gpu="4") == 0 and run.total(UNATTRIBUTED, gpu="4") > 0
+
+
+def test_energy_by_activity_also_adds_up_to_the_gpus_energy(run: Run) -> None:
+    for gpu, joules in run.energy_j.items():
+        charged = sum(
+            run.total(name, gpu=str(gpu))
+            for name in (ACTIVITY_ENERGY, ACTIVITY_REST, UNKNOWN_ENERGY, DOWN_ENERGY)
+        )
+        assert _close(charged, joules), (gpu, charged, joules)
+    # a whole GPU's sole holder takes all of it, by allocation and by activity alike
+    assert _close(run.total(ACTIVITY_ENERGY, pod="train"), run.total(ENERGY, pod="train"))
+
+
+def test_an_idle_mig_pod_pays_its_slice_of_idle_power_and_none_above_it(run: Run) -> None:
+    """The 1g.10gb pod that runs nothing: by allocation it pays a seventh of the GPU's
+    energy; by activity a seventh of the GPU's idle power (the lowest average power of an
+    interval: the simulated MIG GPU's power does not follow its instances' activity, so
+    that is its lowest wave, not the model's 70 W) and nothing of the power above it."""
+    idle_w = run.total(IDLE_POWER, gpu="3")
+    assert 0 < idle_w < run.energy_j[3] / END
+    held = run.total(ALLOCATED, pod="idle-mig")
+    assert _close(held, (END - 20.5 - UNKNOWN_S - DOWN_S) / 7), held
+    got = run.total(ACTIVITY_ENERGY, pod="idle-mig")
+    assert _close(got, idle_w * held), (got, idle_w * held)
+    assert got < run.total(ENERGY, pod="idle-mig")
+    # the instance's GPM activity, as the whole GPUs' (the simulated H100s have GPM)
+    assert run.total(BASIS, gpu="3", gpu_i_id="8", basis="gpm") == 1
+    assert run.total(BASIS, gpu="0", basis="gpm") == 1
+    # the busy 1g.10gb pod pays its slice of idle power and a part of the power above it
+    small = run.total(ACTIVITY_ENERGY, pod="small")
+    assert small > run.total(ENERGY, pod="small") > idle_w * run.total(ALLOCATED, pod="small")
+
+
+def test_the_idle_power_is_measured_on_an_idle_gpu(run: Run) -> None:
+    """GPU 2 runs nothing: its lowest interval power is the model's idle power."""
+    assert run.total(IDLE_POWER, gpu="2") == pytest.approx(70.0, rel=1e-3)  # models.yaml
 
 
 def test_a_1g_10gb_instance_held_600_s_accrues_600_over_7(run: Run) -> None:
