@@ -1,12 +1,13 @@
 """One collection cycle over NVML, run in the poller's worker thread.
 
 A cycle enumerates devices, reads device-level fields once per physical GPU and
-instance-level fields once per whole GPU or MIG instance, samples GPM, and
-copies the XID counters, producing a :class:`Snapshot`. A lost GPU does not
-stop the others; a GPU whose calls turn slow is set aside for a while. NVML
-unusable as a whole (no driver, a library of another version than the kernel
-module) raises :class:`DriverGone` out of the cycle: pynvml loads its library once
-per process, so only a new process can use a new driver (the poller ends it).
+instance-level fields once per whole GPU or MIG instance, samples GPM, and copies the
+XID counters, producing a :class:`Snapshot`. A lost GPU does not stop the others; a GPU
+whose calls turn slow is set aside for a while, one that reported XID 119 (GSP timeout)
+until the exporter restarts (xid/fatal.py). NVML unusable as a whole (no driver, a
+library of another version than the kernel module) raises :class:`DriverGone` out of
+the cycle: pynvml loads its library once per process, so only a new process can use a
+new driver (the poller ends it).
 
 Fields of a collection with its own interval (exporter/catalog/groups.py) have
 readers of their own: :meth:`Collector.collect_group` reads only them, on the
@@ -16,6 +17,7 @@ devices of the last cycle, and every snapshot carries each group's latest values
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -33,6 +35,7 @@ from exporter.nvml.prime import prime_new_devices
 from exporter.nvml.processes import ProcessReader, ProcUse
 from exporter.nvml.reader import FieldReader
 from exporter.nvml.session import DeviceLost, DriverGone, NvmlProblem, Session
+from exporter.nvml.xid import fatal
 from exporter.nvml.xid.events import XidState, XidWatcher
 from exporter.snapshot import CollectorResult, Snapshot, Value
 
@@ -185,10 +188,7 @@ class Collector:
                 until = self._quarantine.get(gpu.key, 0.0)
                 if until > start:
                     down.append(gpu)
-                    problems.append(
-                        f"GPU {gpu.index} ({gpu.uuid}) set aside for {until - start:.0f} s "
-                        "more: its NVML calls were slow"
-                    )
+                    problems.append(fatal.aside(gpu, until - start))
                     continue
                 g0 = time.perf_counter()
                 members = members_of.get(gpu.key, [])
@@ -213,17 +213,7 @@ class Collector:
         results.append(CollectorResult("fields", True, t_fields))
         results.append(CollectorResult("gpm", True, t_gpm))
 
-        xid_state = XidState()
-        if self.xid is not None:
-            x0 = time.perf_counter()
-            err = ""
-            try:
-                self.xid.watch(inv.gpus)
-            except NvmlProblem as e:
-                err = str(e)
-            xid_state = self.xid.state()
-            ok = not err and self.xid.healthy
-            results.append(CollectorResult("xid", ok, time.perf_counter() - x0, err))
+        xid_state = self._read_xids(inv.gpus, results)
         p2p = self._read_p2p(gpus_ok)
         live = {d.key for d in gpus_ok}
         entities = tuple(e for e in inv.entities() if (e.parent or e).key in live)
@@ -241,6 +231,7 @@ class Collector:
             processes=MappingProxyType(procs),
             collectors=tuple(results),
             problems=tuple(problems),
+            stopped=tuple(k for k, t in self._quarantine.items() if t == math.inf),
         )
         for i, got in enumerate(self._group_values):
             if not got:  # not read since the collections were set: the first exposition
@@ -329,6 +320,22 @@ class Collector:
             if wanted is not None and wanted(dev.key, vals):
                 procs[dev.key] = self.processes.read(dev)
         return gpm_s
+
+    def _read_xids(self, gpus: tuple[Device, ...], results: list[CollectorResult]) -> XidState:
+        """The XID counters; a GPU with a fatal XID is set aside until the exporter restarts."""
+        if self.xid is None:
+            return XidState()
+        x0 = time.perf_counter()
+        err = ""
+        try:
+            self.xid.watch(gpus)
+        except NvmlProblem as e:
+            err = str(e)
+        state = self.xid.state()
+        fatal.stop(gpus, state, self._quarantine)
+        ok = not err and self.xid.healthy
+        results.append(CollectorResult("xid", ok, time.perf_counter() - x0, err))
+        return state
 
     def _read_p2p(self, gpus: list[Device]) -> Mapping[str, tuple[P2PSeries, ...]]:
         """P2P status series by GPU key (read again only when the set of GPUs changes)."""

@@ -43,6 +43,7 @@ class Snapshot:
     )  # raw rows per device key, only for devices shared by several containers
     collectors: tuple[CollectorResult, ...] = ()
     problems: tuple[str, ...] = ()  # human-readable, shown by /ready
+    stopped: tuple[str, ...] = ()  # keys of GPUs not called since a fatal XID (119)
 
     @property
     def ok(self) -> bool:

@@ -111,15 +111,19 @@ def test_mps_clients_are_listed():
         assert [(p.pid, p.used_mib) for p in got] == [(5001, 1000), (5002, 2000)]
 
 
-def test_blackwell_nvlink_error_totals_come_from_the_nvlink5_counters(monkeypatch):
+def test_blackwell_nvlink5_counters_are_served_under_dcgms_names(monkeypatch):
+    """NVML-REVIEW N9: DCGM asks the DL totals (fields 38, 59) with scope 0 on Blackwell too,
+    which has none (blank), and serves the NVLink5 counters as their own fields 1213 and
+    1219 (dcgm_fields.h; summed with scopeId UINT_MAX, DcgmCMUtils.cpp)."""
     board = blackwell(monkeypatch)
     with node({"driver_version": "570.124.06", "gpus": [{"model": board}]}) as n:
-        n.cycle()  # finds the DL totals NOT_SUPPORTED
+        n.cycle()
         values = n.gpu(n.cycle(), 0)
         # 18 links; the simulated board counts 1 recovery and 2 effective errors per link
-        assert values["DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"] == 18
-        assert values["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"] == 36
-        assert "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL" not in values
+        assert values["DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS"] == 18
+        assert values["DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"] == 36
+        for dl in ("CRC_FLIT", "CRC_DATA", "REPLAY", "RECOVERY"):
+            assert f"DCGM_FI_DEV_NVLINK_{dl}_ERROR_COUNT_TOTAL" not in values
 
 
 def test_a_lost_gpu_leaves_the_event_set_and_the_others_xids_are_counted():

@@ -4,7 +4,8 @@ One setting decides what differs between dcgm-exporter releases beyond the metri
 file's own rows: the node label's name (``Hostname`` until 4.8.2, ``hostname`` since
 4.8.3), the ``GPU_CI_ID`` label on MIG series (4.8.4), the severity and category labels
 of DCGM_EXP_GPU_HEALTH_STATUS (4.8.3), the startup rules 4.8.3 added (``--enable-pprof``
-needs ``--web-config-file``, ``--dcgm-log-level`` must be one of DCGM's), and the metrics
+needs ``--web-config-file``, ``--dcgm-log-level`` must be one of DCGM's), the DCGM release
+whose XID health grading it ships (DCGM 4.5.3 in 4.8.2, 4.6 later), and the metrics
 file shipped for the release (metric names, units and Prometheus types as that release's
 CSV has them; 4.9 has DCGM 4.7's names, 4.10 also its four ``_BYTES_PER_SECOND`` names). A
 metrics file with any generation's names is served as it is written under every setting.
@@ -25,12 +26,15 @@ class Release:
     health_detail: bool  # health_error_severity and health_error_category on the health status
     metrics_file: str  # the shipped metrics file, in the package (exporter/)
     strict_flags: bool = True  # 4.8.3's startup errors (pprof without web config, log level)
+    dcgm: str = "4.6.0"  # the DCGM release it ships, whose XID health grading it mimics
 
 
 RELEASES: dict[str, Release] = {
     r.name: r
     for r in (
-        Release("4.8.2", "Hostname", False, False, "metrics-4.8.2.csv", strict_flags=False),
+        Release(
+            "4.8.2", "Hostname", False, False, "metrics-4.8.2.csv", strict_flags=False, dcgm="4.5.3"
+        ),
         Release("4.8.4", "hostname", True, True, "metrics.csv"),
         Release("4.9", "hostname", True, True, "metrics-4.9.csv"),
         Release("4.10", "hostname", True, True, "metrics-4.10.csv"),

@@ -6,18 +6,16 @@ watched system (label ``health_watch``) whose value is the result: 0 pass,
 ``health_error_code`` ("DCGM_FR_OK" when it passes). Without DCGM we derive the
 same from what NVML reports:
 
-- XIDs seen in the XID window, by their source in the XID catalog: memory ->
-  MEM, nvlink -> NVLINK, pcie -> PCIE, mcu -> MCU, inforom -> INFOROM, power ->
-  POWER, driver -> DRIVER; application, video and display XIDs route to the
-  workload owner and leave the health unchanged;
+- XIDs as DCGM's health watch grades them (dcgmxids.py: DCGM 4.5.3's table for
+  dcgm-exporter 4.8.2, 4.6's for later releases): the GPU-wide ones under ALL, the others
+  under their subsystem's watch, and none for the XIDs DCGM ignores. As DCGM keeps an XID
+  in the GPU's history for the hostengine's life, an XID graded once stays until the
+  exporter restarts (the -x window does not apply);
 - ECC: volatile double-bit errors (MEM fail), row-remap failure (MEM fail),
   row remap pending or pages pending retirement (MEM warn);
 - thermal and power violation time that grew since the previous cycle (THERMAL
   or POWER warn);
-- a GPU that stopped answering NVML (DRIVER fail, DCGM_FR_NVML_API);
-- XIDs that take the whole GPU down and belong to no single watch, which DCGM
-  reports under its ALL watch: 79 fallen off the bus (DCGM_FR_FALLEN_OFF_BUS) and
-  95 uncontained memory error (DCGM_FR_UNCONTAINED_ERROR), both fail.
+- a GPU that stopped answering NVML (DRIVER fail, DCGM_FR_NVML_API).
 
 One incident per watched system: the worst one, with its code's severity and
 category, which dcgm-exporter 4.8.3 and later add as ``health_error_severity`` and
@@ -35,8 +33,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from exporter.derive import xidcatalog
-from exporter.frame import HealthSeries, WindowCounts
+from exporter.derive import dcgmxids
+from exporter.derive.dcgmxids import DEFAULT_DCGM
+from exporter.frame import HealthSeries
 from exporter.snapshot import Snapshot
 
 PASS, WARN, FAIL = 0, 10, 20
@@ -44,43 +43,14 @@ OK_CODE = "DCGM_FR_OK"
 WATCHES = (
     "PCIE", "NVLINK", "PMU", "MCU", "MEM", "SM", "INFOROM", "THERMAL", "POWER", "DRIVER", "ALL",
 )  # fmt: skip
-# GPU-wide XIDs: DCGM files them under its ALL watch, not under a subsystem
-_GPU_WIDE: dict[int, str] = {79: "DCGM_FR_FALLEN_OFF_BUS", 95: "DCGM_FR_UNCONTAINED_ERROR"}
-
-# XID source -> (watch, result, error code) of an XID of that source
-_BY_SOURCE: dict[str, tuple[str, int, str]] = {
-    "memory": ("MEM", WARN, "DCGM_FR_XID_ERROR"),
-    "nvlink": ("NVLINK", FAIL, "DCGM_FR_NVLINK_ERROR_CRITICAL"),
-    "pcie": ("PCIE", FAIL, "DCGM_FR_XID_ERROR"),
-    "mcu": ("MCU", WARN, "DCGM_FR_XID_ERROR"),
-    "inforom": ("INFOROM", WARN, "DCGM_FR_CORRUPT_INFOROM"),
-    "power": ("POWER", WARN, "DCGM_FR_XID_ERROR"),
-    "driver": ("DRIVER", WARN, "DCGM_FR_XID_ERROR"),
-}
-# XIDs that fail their watch (reset, RMA or a dead engine), with a more precise code
-_FAILS: dict[int, str] = {
-    46: "DCGM_FR_XID_ERROR",  # GPU timeout, reset required
-    48: "DCGM_FR_VOLATILE_DBE_DETECTED",
-    54: "DCGM_FR_XID_ERROR",  # auxiliary power not connected
-    62: "DCGM_FR_XID_ERROR",  # micro-controller halt
-    64: "DCGM_FR_ROW_REMAP_FAILURE",
-    119: "DCGM_FR_XID_ERROR",  # GSP RPC timeout
-    120: "DCGM_FR_XID_ERROR",  # GSP error
-    140: "DCGM_FR_XID_ERROR",  # unrecovered ECC error
-    143: "DCGM_FR_XID_ERROR",  # GPU initialization failure
-    157: "DCGM_FR_ROW_REMAP_FAILURE",  # resource retirement failure
-    158: "DCGM_FR_XID_ERROR",  # GPU fatal timeout
-    169: "DCGM_FR_XID_ERROR",  # micro-controller halt
-    171: "DCGM_FR_XID_ERROR",  # uncorrectable DRAM error
-    172: "DCGM_FR_XID_ERROR",  # uncorrectable SRAM error
-}
+_RESULTS = {"WARN": WARN, "FAIL": FAIL}
 
 
 @dataclass(frozen=True, slots=True)
 class HealthInputs:
     """What NVML told about one GPU; None where the value was not read."""
 
-    xids: Mapping[int, int] = field(default_factory=dict)  # XID -> count in the window
+    xids: Mapping[int, int] = field(default_factory=dict)  # XID -> count since start (> 0: seen)
     dbe_volatile: int | None = None
     row_remap_failure: int | None = None
     row_remap_pending: int | None = None
@@ -88,22 +58,19 @@ class HealthInputs:
     thermal_violation_ns: float | None = None  # growth since the previous cycle
     power_violation_ns: float | None = None
     lost: bool = False
+    volta: bool = False  # a Volta chip (DCGM 4.6 grades XID 93 on Volta only)
 
 
-def xid_incident(xid: int) -> tuple[str, int, str] | None:
-    """(watch, result, error code) an XID raises, or None when it leaves health alone."""
-    if xid in _GPU_WIDE:
-        return "ALL", FAIL, _GPU_WIDE[xid]
-    base = _BY_SOURCE.get(xidcatalog.source(xid))
-    if base is None:
-        return None
-    watch, result, code = base
-    if xid in _FAILS:
-        return watch, FAIL, _FAILS[xid]
-    return watch, result, code
+def xid_incident(
+    xid: int, dcgm: str = DEFAULT_DCGM, volta: bool = False
+) -> tuple[str, int, str] | None:
+    """(watch, result, error code) an XID raises under DCGM release ``dcgm``, or None when
+    that release's health watch ignores it."""
+    g = dcgmxids.grade(xid, dcgm, volta)
+    return None if g is None else (g.watch, _RESULTS[g.result], g.code)
 
 
-def _incidents(inp: HealthInputs) -> list[tuple[str, int, str]]:
+def _incidents(inp: HealthInputs, dcgm: str) -> list[tuple[str, int, str]]:
     found: list[tuple[str, int, str]] = []
     if inp.lost:
         found.append(("DRIVER", FAIL, "DCGM_FR_NVML_API"))
@@ -120,17 +87,17 @@ def _incidents(inp: HealthInputs) -> list[tuple[str, int, str]]:
     if inp.power_violation_ns:
         found.append(("POWER", WARN, "DCGM_FR_CLOCK_THROTTLE_POWER"))
     for xid in sorted(x for x, n in inp.xids.items() if n > 0):
-        inc = xid_incident(xid)
+        inc = xid_incident(xid, dcgm, inp.volta)
         if inc is not None:
             found.append(inc)
     return found
 
 
-def gpu_health(inp: HealthInputs) -> tuple[HealthSeries, ...]:
+def gpu_health(inp: HealthInputs, dcgm: str = DEFAULT_DCGM) -> tuple[HealthSeries, ...]:
     """One series per watched system, in WATCHES order; the worst incident of each, with
-    its code's severity and category (:func:`grade`)."""
+    its code's severity and category (:func:`grade`); XIDs graded as DCGM ``dcgm`` does."""
     worst: dict[str, tuple[int, str]] = {}
-    for watch, result, code in _incidents(inp):
+    for watch, result, code in _incidents(inp, dcgm):
         if result > worst.get(watch, (PASS, OK_CODE))[0]:
             worst[watch] = (result, code)
     out = []
@@ -153,22 +120,36 @@ _VIOLATIONS = {
 
 
 class HealthTracker:
-    """Builds each GPU's HealthInputs from a snapshot (values the metrics file enables)."""
+    """Builds each GPU's HealthInputs from a snapshot (values the metrics file enables), with
+    its XID history: every XID the GPU reported since the exporter started, as DCGM
+    ``dcgm`` keeps it (never cleared while the GPU is known)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dcgm: str = DEFAULT_DCGM) -> None:
+        self.dcgm = dcgm
         self._prev: dict[tuple[str, str], float] = {}  # (GPU key, violation field) -> ns
+        # GPU key -> XID -> count; bounded: only XIDs DCGM grades, only GPUs still known
+        self._history: dict[str, dict[int, int]] = {}
 
-    def update(
-        self, snap: Snapshot, xids: WindowCounts | None = None
-    ) -> dict[str, tuple[HealthSeries, ...]]:
+    def _xids(self, snap: Snapshot) -> dict[str, dict[int, int]]:
+        """Record the XIDs DCGM grades that ``snap`` counts; every known GPU's history."""
+        keys = {g.uuid: g.key for g in snap.gpus + snap.down if not g.is_mig}
+        table = dcgmxids.releases()[self.dcgm]
+        for uuid, _gi, _ci, xid, n in snap.xid.counts:
+            key = keys.get(uuid)
+            if key is not None and n > 0 and xid in table:
+                seen = self._history.setdefault(key, {})
+                seen[xid] = max(seen.get(xid, 0), n)
+        for k in [k for k in self._history if k not in keys.values()]:
+            del self._history[k]
+        return self._history
+
+    def update(self, snap: Snapshot) -> dict[str, tuple[HealthSeries, ...]]:
         """Health of every GPU of the snapshot (answering or down), by GPU key."""
-        in_window: dict[str, dict[int, int]] = {}
-        for key, label, n in xids.series if xids else ():
-            if label is not None:
-                in_window.setdefault(key, {})[int(label)] = n
+        history = self._xids(snap)
         out: dict[str, tuple[HealthSeries, ...]] = {}
         for g in snap.down:
-            out[g.key] = gpu_health(HealthInputs(in_window.get(g.key, {}), lost=True))
+            inp = HealthInputs(history.get(g.key, {}), lost=True, volta=is_volta(g.model))
+            out[g.key] = gpu_health(inp, self.dcgm)
         for g in snap.gpus:
             vals = snap.values.get(g.key, {})
             kw: dict[str, float | None] = {a: vals.get(n) for a, n in _COUNTERS.items()}
@@ -178,11 +159,20 @@ class HealthTracker:
                 kw[attr] = None if now is None or before is None else max(0.0, now - before)
                 if now is not None:
                     self._prev[(g.key, name)] = float(now)
-            out[g.key] = gpu_health(HealthInputs(in_window.get(g.key, {}), **kw))  # type: ignore[arg-type]
+            inp = HealthInputs(history.get(g.key, {}), volta=is_volta(g.model), **kw)  # type: ignore[arg-type]
+            out[g.key] = gpu_health(inp, self.dcgm)
         live = {g.key for g in snap.gpus}
         for k in [k for k in self._prev if k[0] not in live]:
             del self._prev[k]
         return out
+
+
+_VOLTA_MODELS = ("V100", "TITAN V", "GV100")
+
+
+def is_volta(model: str) -> bool:
+    """Whether a GPU of this product name has a Volta chip (V100, TITAN V, Quadro GV100)."""
+    return any(m in model for m in _VOLTA_MODELS)
 
 
 UNKNOWN_GRADE = ("UNKNOWN", "NONE")

@@ -21,6 +21,7 @@ from exporter.derive.accounting import durable
 from exporter.derive.accounting.ledger import DEFAULT_IDLE_BELOW, DEFAULT_RETENTION_S, Ledger
 from exporter.derive.accounting.statefile import SAVE_EVERY_S, Identity, StateFile, Unusable
 from exporter.derive.clocktotals import ClockEventTotals
+from exporter.derive.dcgmxids import DEFAULT_DCGM
 from exporter.derive.health import HealthTracker
 from exporter.derive.xids import XidCounter
 from exporter.frame import Derived, DeviceUse, Frame, Held, HolderKey, Window
@@ -46,7 +47,7 @@ class Derive:
 
     def __init__(self, cfg: Any = None) -> None:
         self.xid_window, self.clock_window = windows.from_config(cfg)
-        self.health = HealthTracker()
+        self.health = HealthTracker(getattr(getattr(cfg, "release", None), "dcgm", DEFAULT_DCGM))
         self.clock_totals = ClockEventTotals()
         self.xids = XidCounter()
         self.ledger = Ledger(
@@ -135,14 +136,9 @@ class Derive:
 
     def _derived(self, snap: Snapshot, names: frozenset[str]) -> Derived:
         """Update the windows, health and clock totals, for the families enabled."""
-        want_health = HEALTH in names
-        xw = None
-        if want_health or XID_WINDOW in names:
-            xw = self.xid_window.update(snap)
+        xw = self.xid_window.update(snap) if XID_WINDOW in names else None
         cw = self.clock_window.update(snap) if CLOCK_WINDOW in names else None
-        health = self.health.update(snap, xw) if want_health else {}
-        if XID_WINDOW not in names:
-            xw = None
+        health = self.health.update(snap) if HEALTH in names else {}
         ct = self.clock_totals.update(snap) if CLOCK_TOTALS in names else None
         return Derived(xw, cw, health, ct)
 

@@ -3,7 +3,8 @@
 The data is ``xids.csv`` in this package (codes 0-172; see its header for where
 the facts come from). ``describe`` gives the ``err_msg`` label text of
 DCGM_FI_DEV_XID_ERRORS; ``source`` says where an XID comes from (application,
-memory, nvlink, ...), which the GPU health status uses.
+memory, nvlink, ...); the GPU health status grades XIDs by DCGM's table instead
+(dcgmxids.py).
 """
 
 from __future__ import annotations

@@ -152,6 +152,7 @@ class SelfMetrics:
             up.add([labels.get(k, "") for k in up.labels], value)
         if up is not None:
             yield up
+        yield from _stopped_family(snap)
 
 
 def _reload_families(reloads: tuple[tuple[str, bool, float], ...]) -> Iterator[Family]:
@@ -221,6 +222,23 @@ def _kube_families(st: KubeStatus) -> Iterator[Family]:
         "GPUs and MIG instances held by at least one container.",
         st.attributed,
     )
+
+
+def _stopped_family(snap: Snapshot) -> Iterator[Family]:
+    """1 for a GPU the exporter no longer calls since a fatal XID (119), 0 for the others."""
+    fam = None
+    for dev in snap.gpus + snap.down:
+        labels = _gpu_up_labels(dev)
+        if fam is None:
+            fam = Family(
+                f"{PREFIX}_gpu_driver_calls_stopped",
+                "1 when the exporter stopped calling the driver for the GPU after XID 119 "
+                "(GSP timeout), as DCGM does, until the exporter restarts; else 0.",
+                labels=list(labels),
+            )
+        fam.add([labels.get(k, "") for k in fam.labels], int(dev.key in snap.stopped))
+    if fam is not None:
+        yield fam
 
 
 def _gpu_up_labels(dev: Device) -> dict[str, str]:

@@ -262,18 +262,16 @@ _fid(
     scope_id=ALL_LINKS,
     rate=1000.0,
 )
-# Blackwell (NVLink5) has no per-lane DL totals (nvml.h: unsupported for Blackwell+); its
-# COUNT fields, summed over links with scopeId UINT_MAX, stand in: errors FEC did not
-# correct (219) for flit CRC errors, link recovery events (215) for recovery errors.
-_nvl5 = {
-    38: ("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 219),
-    45: ("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", 0),
-    52: ("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", 0),
-    59: ("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", 215),
-}
-for _dl, (_n, _count) in _nvl5.items():
-    _alt = Field(_n, D, Source.FIELD, "count", ((_count, ALL_LINKS),)) if _count else None
-    _fid(_n, "count", _dl, fallback=_alt)
+# Blackwell (NVLink5) has no per-lane DL totals (nvml.h): as DCGM, which asks them with
+# scope 0 there (blank), these have no value on Blackwell.
+for _dl, _n in ((38, "CRC_FLIT"), (45, "CRC_DATA"), (52, "REPLAY"), (59, "RECOVERY")):
+    _fid(f"DCGM_FI_DEV_NVLINK_{_n}_ERROR_COUNT_TOTAL", "count", _dl)
+# NVLink5's own counters under DCGM's names (fields 1213, 1219; DCGM 4.6's other names in
+# dcgm-fields.csv), summed over links with scopeId UINT_MAX as DCGM asks them on NVLink5
+# (DcgmCMUtils.cpp NvmlFieldRequiresNvLinkAggregate): link recovery events (NVML 215) and
+# errors FEC did not correct (219).
+_fid("DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS", "count", 215, scope_id=ALL_LINKS)
+_fid("DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS", "count", 219, scope_id=ALL_LINKS)
 
 # --- GPM profiling (Hopper and newer; per GPU and per MIG instance) ---
 _pct, _mibs = 0.01, float(MIB)

@@ -55,10 +55,12 @@ FIRST_FUNCTION: dict[str, Version] = {
 }
 
 # Field id ranges -> the first driver version whose NVML knows them.
+# nvml.h's history (NVIDIA/go-nvml's vendored headers): 186-196 first in NVML 12.2 (R535),
+# 197-198 in 12.5 (R555), 201 and later in 12.6 (R560); 199-200 kept with 197-198.
 FIRST_FIELD: tuple[tuple[range, Version], ...] = (
-    (range(186, 187), (535,)),  # NVML_FI_DEV_POWER_INSTANT
-    (range(187, 201), (555,)),  # ..., PCIe TX/RX byte counters (197/198)
-    (range(201, 251), (570,)),  # NVLink5 COUNT fields, FEC history
+    (range(186, 197), (535,)),  # POWER_INSTANT, power limits, energy, temperature limits
+    (range(197, 201), (555,)),  # PCIe TX/RX byte counters (197/198), 199, 200
+    (range(201, 251), (560,)),  # NVLink5 COUNT fields, FEC history
 )
 NEWEST_FIELD = 250  # ids above: unknown to every simulated driver
 

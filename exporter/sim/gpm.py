@@ -54,6 +54,7 @@ _INFO = {
     pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC: (b"NVL_TX", b"NVLink transmit", b"MiB/sec"),
 }
 _PERCENT_INFO = (b"PIPE_UTIL", b"Pipe active", b"%")
+_MEDIA_INFO = (b"MEDIA_UTIL", b"Media engine active", b"%")
 _LINK_INFO = (b"NVL_LINK", b"NVLink bandwidth of one link", b"MiB/sec")
 _FIRST_LINK_METRIC = pynvml.NVML_GPM_METRIC_NVLINK_L0_RX_PER_SEC  # L<n> RX = 62 + 2n, TX = 63 + 2n
 _LINK_METRICS = 18
@@ -158,7 +159,7 @@ def metrics_get(drv: DriverView, now: float, metrics_ref: Any) -> int:
     for i in range(count):
         at = i * _ENTRY.size
         (metric_id,) = struct.unpack_from("@I", buf, at)
-        compute = _metric(metric_id, s1.links)
+        compute = _metric(metric_id, s1.links) if _has_engine(s1, metric_id) else None
         if compute is None:
             _HEAD.pack_into(buf, at, metric_id, NOT_SUPPORTED, 0.0)
             continue
@@ -168,6 +169,25 @@ def metrics_get(drv: DriverView, now: float, metrics_ref: Any) -> int:
 
 
 Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, bytes, bytes]]]
+
+# Media engines' GPM metrics (nvml.h NVML_GPM_METRIC_NVDEC_0_UTIL = 30, NVJPG_0 = 40,
+# NVOFA_0 = 50; one id per engine): answered for the engines the GPU has (its largest
+# MIG profile's counts, else one of each where it has a decoder); the decoder is as busy
+# as the load's decoder utilization, JPEG and optical flow idle.
+_NVDEC, _NVJPG, _NVOFA = range(30, 38), range(40, 48), range(50, 51)
+
+
+def _has_engine(s: Sample, metric_id: int) -> bool:
+    """Whether the sampled GPU has the media engine a metric id names (True for others)."""
+    for ids, attr in ((_NVDEC, "dec"), (_NVJPG, "jpeg"), (_NVOFA, "ofa")):
+        if metric_id in ids:
+            gpu = s.device.gpu if s.device is not None else None
+            if gpu is None or not gpu.model.features.decoder:
+                return False
+            profiles = gpu.model.mig_profiles
+            count = max((getattr(p, attr) for p in profiles), default=1)
+            return metric_id - ids.start < count
+    return True
 
 
 @functools.cache
@@ -180,6 +200,10 @@ def _metric(metric_id: int, links: int) -> Metric | None:
     if ratio is not None:
         info = _INFO.get(metric_id, _PERCENT_INFO)
         return lambda a, b, dt, util: (util * ratio, info)
+    if metric_id in _NVDEC:
+        return lambda a, b, dt, util: (a.device.activity.dec if a.device else 0.0, _MEDIA_INFO)
+    if metric_id in _NVJPG or metric_id in _NVOFA:
+        return lambda a, b, dt, util: (0.0, _MEDIA_INFO)
     if metric_id == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
         return lambda a, b, dt, util: (min(100.0, util * a.mem_ratio), _INFO[metric_id])
     rate = {

@@ -61,6 +61,18 @@ def test_whole_gpu_metrics(default, clock):
     pynvml.nvmlGpmSampleFree(s2)
 
 
+def test_media_engine_metrics_answer_for_the_engines_the_gpu_has(default, clock):
+    """NVML-REVIEW N13: NVDEC/NVJPG/NVOFA GPM metrics (nvml.h 30-37, 40-47, 50) exist on a
+    Hopper GPU (7 NVDEC, 7 NVJPG, 1 OFA on H100, its 7g MIG profile); ids past its
+    engines are NOT_SUPPORTED."""
+    h = handle(0)
+    s1, s2 = two_samples(clock, lambda s: pynvml.nvmlGpmSampleGet(h, s))
+    got = metrics(s1, s2, [30, 36, 37, 40, 46, 47, 50])
+    ok = {m for m, e in got.items() if e.nvmlReturn == pynvml.NVML_SUCCESS}
+    assert ok == {30, 36, 40, 46, 50}
+    assert all(0 <= got[m].value <= 100 for m in ok)
+
+
 def test_idle_gpu_reads_zero(default, clock):
     h = handle(3)
     s1, s2 = two_samples(clock, lambda s: pynvml.nvmlGpmSampleGet(h, s))

@@ -10,8 +10,11 @@ whole GPU. A GPU fallen off the bus makes every wait on its set fail: the thread
 builds a set without it, so the other GPUs' XIDs keep coming.
 
 XIDs 79, 119 and 120 come from the kernel log (exporter/nvml/xid/kmsg.py) when it can be
-read, as DCGM reads them, and NVML events of those codes are then not counted, so
-each XID counts once; without the kernel log they come from NVML events.
+read, as DCGM reads them, and from NVML events too, as DCGM records both: each path is
+tallied per GPU and code, and the count is the larger tally, so an XID both report
+counts once and one that only NVML reported (its kernel record overwritten in the ring,
+or cut) still counts; on the GPU, not its MIG instance, as the kernel log names none.
+Without the kernel log they come from NVML events alone.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from exporter.runtime.ratelimit import RateLimitedLog
 log = logging.getLogger(__name__)
 
 NO_INSTANCE = 0xFFFFFFFF
+_KERNEL, _NVML = 0, 1  # the two paths of XIDs 79, 119 and 120
 _XID = N.nvmlEventTypeXidCriticalError
 _TIMEOUT = frozenset({N.NVML_ERROR_TIMEOUT})  # no event within the wait
 Key = tuple[str, int | None, int | None, int]  # GPU UUID, GPU instance, compute instance, XID
@@ -80,6 +84,8 @@ class XidWatcher:
         self._v1 = False  # the driver lacks nvmlEventSetWait_v2
         self._lock = threading.Lock()
         self._counts: Counter[Key] = Counter()
+        # (GPU UUID, XID of KERNEL_XIDS) -> [kernel-log tally, NVML tally]; the count is the max
+        self._paths: dict[tuple[str, int], list[int]] = {}
         self._last: dict[str, int] = {}
         self._registered: frozenset[str] = frozenset()
         self._stop = threading.Event()
@@ -246,12 +252,15 @@ class XidWatcher:
     def _record(self, data: N.c_nvmlEventData_t, by_handle: dict[int, str]) -> None:
         uuid = by_handle.get(_addr(data.device))
         xid = int(data.eventData)
-        if uuid is None or (xid in KERNEL_XIDS and self.from_kernel_log):
-            return  # not ours; or counted from the kernel log
+        if uuid is None:
+            return  # not ours
+        self.healthy = True
+        if xid in KERNEL_XIDS and self.from_kernel_log:
+            self._either(uuid, xid, _NVML)  # the kernel log may report it too
+            return
         gi = None if data.gpuInstanceId == NO_INSTANCE else int(data.gpuInstanceId)
         ci = None if gi is None or data.computeInstanceId == NO_INSTANCE else data.computeInstanceId
         self._count((uuid, gi, None if ci is None else int(ci), xid))
-        self.healthy = True
 
     @property
     def from_kernel_log(self) -> bool:
@@ -267,7 +276,17 @@ class XidWatcher:
         if uuid is None:
             self.unknown_bus += 1
             return
-        self._count((uuid, None, None, xid))
+        self._either(uuid, xid, _KERNEL)
+
+    def _either(self, uuid: str, xid: int, path: int) -> None:
+        """One report of a KERNEL_XIDS code by ``path``: counted when it makes that path's
+        tally the larger one (the other path has not reported it yet)."""
+        with self._lock:
+            tally = self._paths.setdefault((uuid, xid), [0, 0])
+            tally[path] += 1
+            new = tally[path] > tally[1 - path]
+        if new:
+            self._count((uuid, None, None, xid))
 
     def _count(self, key: Key) -> None:
         uuid, _, _, xid = key

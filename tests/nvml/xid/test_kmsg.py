@@ -70,6 +70,28 @@ def test_an_xid_that_arrives_both_ways_counts_once(tmp_path):
         assert counts(n.col) == {(1, None, 79): 1, (1, None, 48): 1}
 
 
+def test_nvmls_copy_counts_when_the_kernel_record_is_lost(tmp_path):
+    """NVML-REVIEW N8: DCGM records XIDs 79/119/120 from NVML events as well as from
+    /dev/kmsg (DcgmCacheManager.cpp, both paths), so one whose kernel record was lost
+    (ring overwrite, a cut line) still counts; one both report counts once."""
+    log = tmp_path / "kmsg"
+    with node(kernel_log=str(log)) as n:
+        n.cycle()
+        gpu = n.driver.gpus[1]
+        event = pynvml.nvmlEventTypeXidCriticalError
+        with n.driver.lock:  # the kernel log never got these two
+            n.driver.events.publish(gpu, event, 79, n.driver.now())
+            n.driver.events.publish(gpu, event, 119, n.driver.now())
+        until("NVML's XID 79 and 119", lambda: len(counts(n.col)) == 2)
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 79, pid=1, name=x, the same 79")
+        record(log, f"NVRM: Xid (PCI:{DEFAULT_BUS_1}): 79, pid=1, name=x, a second", seq=2)
+        n.driver.inject(Fault("xid", gpu=1, xid=48))  # an event after the lines: all read
+        until("XID 48", lambda: (1, None, 48) in counts(n.col))
+        until("the second 79", lambda: counts(n.col)[(1, None, 79)] == 2)
+        n.cycle()
+        assert counts(n.col) == {(1, None, 79): 2, (1, None, 119): 1, (1, None, 48): 1}
+
+
 def test_other_records_and_malformed_ones_are_skipped(tmp_path):
     log = tmp_path / "kmsg"
     with node(kernel_log=str(log)) as n:
