@@ -120,6 +120,47 @@ INSTANT: dict[str, Callable[[Any], Any]] = {
     "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": _field(59),
 }
 
+# Fields DCGM types DCGM_FT_INT64 (dcgmlib/src/dcgm_fields.cpp, DCGM 4.6.0): served as
+# integers (a rate truncated), never as a float
+INT64 = {
+    f"DCGM_FI_{n}"
+    for n in (
+        "DEV_BOARD_LIMIT_VIOLATION",
+        "DEV_CLOCKS_EVENT_REASONS",
+        "DEV_DEC_UTIL",
+        "DEV_ECC_DBE_AGG_TOTAL",
+        "DEV_ECC_DBE_VOL_TOTAL",
+        "DEV_ECC_SBE_AGG_TOTAL",
+        "DEV_ECC_SBE_VOL_TOTAL",
+        "DEV_ENC_UTIL",
+        "DEV_FAN_SPEED",
+        "DEV_FB_FREE",
+        "DEV_FB_RESERVED",
+        "DEV_FB_TOTAL",
+        "DEV_FB_USED",
+        "DEV_LOW_UTIL_VIOLATION",
+        "DEV_MAX_MEM_CLOCK",
+        "DEV_MAX_SM_CLOCK",
+        "DEV_MAX_VIDEO_CLOCK",
+        "DEV_MEM_CLOCK",
+        "DEV_MEM_COPY_UTIL",
+        "DEV_PCIE_LINK_GEN",
+        "DEV_PCIE_LINK_WIDTH",
+        "DEV_PCIE_RX_THROUGHPUT",
+        "DEV_PCIE_TX_THROUGHPUT",
+        "DEV_POWER_VIOLATION",
+        "DEV_RELIABILITY_VIOLATION",
+        "DEV_ROW_REMAP_PENDING",
+        "DEV_SM_CLOCK",
+        "DEV_SYNC_BOOST_VIOLATION",
+        "DEV_THERMAL_VIOLATION",
+        "DEV_TOTAL_APP_CLOCKS_VIOLATION",
+        "DEV_TOTAL_BASE_CLOCKS_VIOLATION",
+        "DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DEV_VIDEO_CLOCK",
+    )
+}
+
 # Counters served as a rate: (field ids summed, scopeId, divisor of bytes per second)
 RATES = {
     # NVML_FI_DEV_PCIE_COUNT_TX_BYTES / RX_BYTES (197/198), bytes -> KB/s (DCGM: KiB)
@@ -287,6 +328,7 @@ def test_every_field_is_the_simulators_answer_for_its_nvml_source(fleet):
             assert name in values, (key, name, expected)
             slack = 1 if name in RATES else 1e-9  # a timestamp's rounding, then truncation
             assert values[name] == pytest.approx(expected, rel=1e-6, abs=slack), (key, name)
+            assert name not in INT64 or type(values[name]) is int, (key, name)
         # nothing served from these sources that the driver does not answer
         assert {m for m in values if m in known} - fields.keys() == set(), key
     assert sum(map(len, want.values())) > 100

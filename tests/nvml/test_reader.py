@@ -57,6 +57,7 @@ def test_a_batch_the_device_cannot_serve_is_asked_for_once(rig: Rig):
         got = rig.read()
     assert rig.errors("nvmlDeviceGetFieldValues") == 1
     assert got[TX] > 0 and got[RX] > got[TX]  # the sim's PCIe receives more than it sends
+    assert type(got[TX]) is int  # KB/s, an integer in DCGM as from fields 197/198
     assert NVLINK not in got and "DCGM_FI_DEV_MEMORY_TEMP" not in got
     assert {NVLINK, "DCGM_FI_DEV_MEMORY_TEMP"} <= rig.session.unsupported.keys()
 
