@@ -161,6 +161,12 @@ INT64 = {
     )
 }
 
+# Watts with their fraction (DCGM_FT_DOUBLE): never rounded to an integer
+DOUBLE = {
+    f"DCGM_FI_DEV_{n}"
+    for n in ("POWER_USAGE", "POWER_USAGE_INSTANT", "POWER_MGMT_LIMIT", "ENFORCED_POWER_LIMIT")
+}
+
 # Counters served as a rate: (field ids summed, scopeId, divisor of bytes per second)
 RATES = {
     # NVML_FI_DEV_PCIE_COUNT_TX_BYTES / RX_BYTES (197/198), bytes -> KB/s (DCGM: KiB)
@@ -170,6 +176,9 @@ RATES = {
     # divides the KiB/s by 1000
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": ((138, 139), ALL_LINKS, 1000.0),
 }
+
+# without fields 197/198: nvmlDeviceGetPcieThroughput(nvmlPcieUtilCounter_t TX 0, RX 1)
+SAMPLED = {"DCGM_FI_DEV_PCIE_TX_THROUGHPUT": 0, "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": 1}
 
 # GPM metric id (nvmlGpmMetricId_t) and DCGM's factor: percent -> ratio, MiB/s -> B/s
 GPM = {
@@ -298,16 +307,18 @@ class Reference:
             if a is not None and b is not None:
                 exact[name] = (b - a) / 1.0 / div
                 want[name] = int(exact[name])
+            elif name in SAMPLED:  # a driver before fields 197/198: its 20 ms sample, KB/s
+                want[name] = N.nvmlDeviceGetPcieThroughput(hs[key], SAMPLED[name])
         for r in renames():  # the DCGM 4.7 name: the old one's reading x its factor
             if r.old in want and r.new not in INSTANT and not r.is_label:
                 want[r.new] = exact.get(r.old, want[r.old]) * r.scale
         return {k: v for k, v in want.items() if k in LISTED}
 
 
-FLEETS = [None, "exporter/sim/fleets/mixed.yaml", "exporter/sim/fleets/h200.yaml"]
+FLEETS = [None, *(f"exporter/sim/fleets/{f}.yaml" for f in ("mixed", "h200", "a100-80gb-535"))]
 
 
-@pytest.mark.parametrize("fleet", FLEETS, ids=["default", "mixed", "h200"])
+@pytest.mark.parametrize("fleet", FLEETS, ids=["default", "mixed", "h200", "a100-535"])
 def test_every_field_is_the_simulators_answer_for_its_nvml_source(fleet):
     with node(fleet, catalog=CATALOG) as n:
         N.nvmlInit()  # the test's own reference, beside the collector's
@@ -329,6 +340,7 @@ def test_every_field_is_the_simulators_answer_for_its_nvml_source(fleet):
             slack = 1 if name in RATES else 1e-9  # a timestamp's rounding, then truncation
             assert values[name] == pytest.approx(expected, rel=1e-6, abs=slack), (key, name)
             assert name not in INT64 or type(values[name]) is int, (key, name)
+            assert name not in DOUBLE or type(values[name]) is float, (key, name)
         # nothing served from these sources that the driver does not answer
         assert {m for m in values if m in known} - fields.keys() == set(), key
     assert sum(map(len, want.values())) > 100
