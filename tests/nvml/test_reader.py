@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pynvml as N
 import pytest
 
 from exporter import sim
@@ -88,3 +89,22 @@ def test_a_counter_primed_in_part_gives_no_rate(rig: Rig):
     # TX + RX KiB/s / 1000: the sim's H100 sends 96000 and receives 90000 MiB/s at
     # full load; GPU 0 runs at about 85 %
     assert 0.5 * 186 * 1024 < second[NVLINK] < 186 * 1024
+
+
+def test_a_primed_device_has_its_rates_on_the_first_read(rig: Rig):
+    """prime() takes the first sample of each counter, so the cycle after it publishes
+    rates: (bytes now - bytes then) / seconds / 1024 for PCIe (fields 197/198)."""
+    h = N.nvmlDeviceGetHandleByIndex(0)
+
+    def counters() -> list[int]:
+        return [v.value.ullVal for v in N.nvmlDeviceGetFieldValues(h, [(197, 0), (198, 0)])]
+
+    before = counters()
+    assert rig.reader.prime([rig.gpu]) is True
+    assert rig.reader.prime([rig.gpu]) is False  # sampled already: nothing to wait for
+    rig.clock.advance(2.0)
+    after = counters()
+    got = rig.read()
+    want = [(b - a) / 2.0 / 1024 for a, b in zip(before, after, strict=True)]
+    assert [got[TX], got[RX]] == [pytest.approx(w, abs=1) for w in want]
+    assert NVLINK in got
