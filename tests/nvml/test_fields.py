@@ -22,6 +22,8 @@ CASES = [  # (valueType, union member, value written)
     (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**40)),
     (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", 7),
     (N.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -3),
+    (N.NVML_VALUE_TYPE_SIGNED_INT, "siVal", 2**30 + 5),  # positive: only bit 31 is the sign
+    (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", 2**62 + 5),
     (N.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65535),
     (99, "ullVal", 42),  # a value type pynvml does not know: read as ullVal
 ]
