@@ -108,3 +108,41 @@ def test_a_primed_device_has_its_rates_on_the_first_read(rig: Rig):
     want = [(b - a) / 2.0 / 1024 for a, b in zip(before, after, strict=True)]
     assert [got[TX], got[RX]] == [pytest.approx(w, abs=1) for w in want]
     assert NVLINK in got
+
+
+def test_what_a_device_lacks_is_said_with_the_device_and_the_reason(rig: Rig):
+    """session.unsupported names the GPU (index and UUID) and NVML's answer."""
+    rig.driver.inject(Fault("not_supported", gpu=0, field=82))  # NVML_FI_DEV_MEMORY_TEMP
+    rig.read()
+    where = f"GPU 0 ({rig.gpu.uuid})"
+    assert rig.session.unsupported["DCGM_FI_DEV_MEMORY_TEMP"] == f"{where}: field 82: NOT_SUPPORTED"
+
+
+def test_one_device_that_cannot_be_primed_leaves_the_others_primed(rig: Rig):
+    """GPU 0 already sampled, GPU 1 failing nvmlDeviceGetFieldValues: GPU 2 is still
+    primed and has its rates on its first read."""
+    gpus = Enumerator(rig.session, "node-a").enumerate().gpus
+    rig.reader.prime(gpus[:1])
+    rig.driver.inject(Fault("not_supported", gpu=1, function="nvmlDeviceGetFieldValues"))
+    assert rig.reader.prime(gpus[:3]) is True
+    rig.clock.advance(1.0)
+    assert TX in rig.reader.read(gpus[2], Scope.DEVICE)
+
+
+def test_ecc_entries_left_unset_are_not_supported_and_said_so():
+    """ECC off (NVIDIA bug 2009232): the ECC entries come back untouched; the fields are
+    dropped with that reason, and the GPU's other fields are served."""
+    clock = ManualClock()
+    sim.install({"gpus": [{"model": "NVIDIA H100 80GB HBM3", "ecc": False}]}, clock=clock)
+    session = Session()
+    session.open()
+    try:
+        ecc = [FIELDS["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"], FIELDS["DCGM_FI_DEV_MEMORY_TEMP"]]
+        gpu = Enumerator(session, "node-a").enumerate().gpus[0]
+        got = FieldReader(session, ecc).read(gpu, Scope.DEVICE)
+        assert list(got) == ["DCGM_FI_DEV_MEMORY_TEMP"]
+        why = session.unsupported["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
+        assert why == f"GPU 0 ({gpu.uuid}): field 4: left unset (ECC is off)"
+    finally:
+        session.close()
+        sim.uninstall()
