@@ -146,3 +146,15 @@ def test_ecc_entries_left_unset_are_not_supported_and_said_so():
     finally:
         session.close()
         sim.uninstall()
+
+
+def test_a_mig_instance_is_named_by_gpu_instance_and_profile(rig: Rig):
+    """What a MIG instance lacks is said of it, not of its GPU (default fleet: GPU 6 has
+    seven 1g.10gb instances)."""
+    rig.driver.inject(Fault("not_supported", gpu=6, function="nvmlDeviceGetMemoryInfo_v2"))
+    inv = Enumerator(rig.session, "node-a").enumerate()
+    inst = next(e for e in inv.entities() if e.is_mig and e.index == 6)
+    reader = FieldReader(rig.session, [FIELDS["DCGM_FI_DEV_FB_USED"]])
+    assert reader.read(inst, Scope.INSTANCE) == {}
+    why = rig.session.unsupported["DCGM_FI_DEV_FB_USED"]
+    assert why.startswith(f"GPU 6 MIG instance {inst.gi} ({inst.profile}): "), why
