@@ -61,6 +61,12 @@ def phase_of(*parts: object) -> float:
     return (h / 1_000_003) * 2 * math.pi
 
 
+def in_use(mib: int, n: int) -> int:
+    """Bytes in use: ``mib`` MiB and, where that is not 0, some 4 KiB pages more (under
+    1 MiB, distinct per device number ``n``), so that bytes differ from MiB x 1 MiB."""
+    return mib * MiB + 4096 * ((37 + 53 * n) % 256) if mib else 0
+
+
 class Activity:
     """Utilization (percent) over time, from a load spec and the device's processes."""
 
@@ -159,7 +165,7 @@ class MigState(Device):
     def memory(self, t: float = 0.0) -> tuple[int, int, int, int]:
         """(total, reserved, free, used) bytes of this instance."""
         total = self.spec.profile.memory_mib * MiB
-        used = self.used_at(t) * MiB
+        used = in_use(self.used_at(t), self.spec.gi)
         return total, 0, total - used, used
 
 
@@ -323,8 +329,10 @@ class GpuState(Device):
 
     def clock_mhz(self, clock: int, t: float) -> int | None:
         clocks = self.model.clocks
-        if clock in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS):
+        if clock == pynvml.NVML_CLOCK_SM:
             return self.sm_clock(t)
+        if clock == pynvml.NVML_CLOCK_GRAPHICS:  # a step or so below SM, told apart from it
+            return round(clocks["graphics_max"] * self.sm_clock(t) / clocks["sm_max"])
         if clock == pynvml.NVML_CLOCK_MEM:
             return clocks["mem_max"]
         if clock == pynvml.NVML_CLOCK_VIDEO:
@@ -379,7 +387,7 @@ class GpuState(Device):
         """(total, reserved, free, used) bytes, with used excluding reserved (nvmlMemory_v2)."""
         total = self.model.memory_mib * MiB
         reserved = self.model.memory_reserved_mib * MiB
-        used = self.used_at(t) * MiB
+        used = self.used_at(t) * MiB if self.mig_enabled else in_use(self.used_at(t), self.index)
         return total, reserved, total - reserved - used, used
 
     def process_rows(self, t: float = 0.0) -> list[tuple[ProcessSpec, int, int]]:

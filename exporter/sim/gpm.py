@@ -21,7 +21,7 @@ import pynvml
 
 from exporter.sim import calls
 from exporter.sim.calls import out, value
-from exporter.sim.devices import Device, GpuState, MiB, new_handle
+from exporter.sim.devices import Device, GpuState, MiB, MigState, new_handle
 from exporter.sim.driverview import DriverView
 from exporter.sim.gpmsamples import Sample
 
@@ -29,7 +29,8 @@ OK = pynvml.NVML_SUCCESS
 INVALID_ARGUMENT = pynvml.NVML_ERROR_INVALID_ARGUMENT
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 
-# Share of the engine-busy time each pipe metric shows (plausible training mix).
+# Share of the engine-busy time each pipe metric shows (plausible training mix); no two
+# alike, so that a metric read under another's ID shows.
 _RATIOS = {
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 1.0,
     pynvml.NVML_GPM_METRIC_SM_UTIL: 0.92,
@@ -38,7 +39,7 @@ _RATIOS = {
     pynvml.NVML_GPM_METRIC_DFMA_TENSOR_UTIL: 0.02,
     pynvml.NVML_GPM_METRIC_HMMA_TENSOR_UTIL: 0.5,
     8: 0.01,  # NVML_GPM_METRIC_DMMA_TENSOR_UTIL (not named by pynvml before 13)
-    pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL: 0.02,
+    pynvml.NVML_GPM_METRIC_IMMA_TENSOR_UTIL: 0.03,
     pynvml.NVML_GPM_METRIC_FP64_UTIL: 0.04,
     pynvml.NVML_GPM_METRIC_FP32_UTIL: 0.3,
     pynvml.NVML_GPM_METRIC_FP16_UTIL: 0.25,
@@ -69,6 +70,34 @@ def _record(s: Sample, dev: Device, t: float) -> None:
     s.pcie = (traffic["pcie_tx"] * busy, traffic["pcie_rx"] * busy)
     s.nvlink = (traffic["nvlink_tx"] * busy, traffic["nvlink_rx"] * busy)
     s.links = gpu.model.nvlinks
+    s.dec, s.engines = dev.activity.dec, _engines(dev)
+
+
+def _engines(dev: Device) -> tuple[int, int, int]:
+    """(NVDEC, NVJPG, NVOFA) engines: a MIG instance's profile's, a GPU's largest profile's."""
+    model = dev.gpu.model
+    profile = dev.spec.profile if isinstance(dev, MigState) else None
+    if profile is None and model.mig_profiles:
+        profile = max(model.mig_profiles, key=lambda p: p.slices)
+    if profile is None:
+        return int(model.features.decoder), 0, 0
+    return profile.dec, profile.jpeg, profile.ofa
+
+
+# Per-engine metrics: NVDEC_<i> = 30 + i, NVJPG_<i> = 40 + i, NVOFA_<i> = 50 + i (nvml.h).
+# Engine i of a kind is busy dec x share x (1 - i/8) percent: each engine its own value.
+_ENGINE_METRICS = {30: (0, 1.0), 40: (1, 0.5), 50: (2, 0.25)}  # first id: (kind, share)
+
+
+def _engine(metric_id: int, s: Sample) -> float | None:
+    """An engine metric's percent over the interval, or None (not an engine metric, or no
+    such engine on the device)."""
+    first = metric_id - metric_id % 10
+    kind = _ENGINE_METRICS.get(first)
+    i = metric_id - first
+    if kind is None or i >= s.engines[kind[0]] or i > 7:
+        return None
+    return s.dec * kind[1] * (1 - i / 8)
 
 
 @calls.system("nvmlGpmSampleAlloc")
@@ -159,7 +188,11 @@ def metrics_get(drv: DriverView, now: float, metrics_ref: Any) -> int:
     for i in range(count):
         at = i * _ENTRY.size
         (metric_id,) = struct.unpack_from("@I", buf, at)
-        compute = _metric(metric_id, s1.links) if _has_engine(s1, metric_id) else None
+        engine = _engine(metric_id, s1)
+        if engine is not None:
+            _ENTRY.pack_into(buf, at, metric_id, OK, engine, *_pointers(_MEDIA_INFO))
+            continue
+        compute = _metric(metric_id, s1.links)
         if compute is None:
             _HEAD.pack_into(buf, at, metric_id, NOT_SUPPORTED, 0.0)
             continue
@@ -169,26 +202,6 @@ def metrics_get(drv: DriverView, now: float, metrics_ref: Any) -> int:
 
 
 Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, bytes, bytes]]]
-
-# Media engines' GPM metrics (nvml.h NVML_GPM_METRIC_NVDEC_0_UTIL = 30, NVJPG_0 = 40,
-# NVOFA_0 = 50; one id per engine): answered for the engines the GPU has (its largest
-# MIG profile's counts, else one of each where it has a decoder); the decoder is as busy
-# as the load's decoder utilization, JPEG and optical flow idle.
-_NVDEC, _NVJPG, _NVOFA = range(30, 38), range(40, 48), range(50, 51)
-
-
-def _has_engine(s: Sample, metric_id: int) -> bool:
-    """Whether the sampled GPU has the media engine a metric id names (True for others)."""
-    for ids, attr in ((_NVDEC, "dec"), (_NVJPG, "jpeg"), (_NVOFA, "ofa")):
-        if metric_id in ids:
-            gpu = s.device.gpu if s.device is not None else None
-            if gpu is None or not gpu.model.features.decoder:
-                return False
-            profiles = gpu.model.mig_profiles
-            count = max((getattr(p, attr) for p in profiles), default=1)
-            return metric_id - ids.start < count
-    return True
-
 
 @functools.cache
 def _metric(metric_id: int, links: int) -> Metric | None:
@@ -200,10 +213,6 @@ def _metric(metric_id: int, links: int) -> Metric | None:
     if ratio is not None:
         info = _INFO.get(metric_id, _PERCENT_INFO)
         return lambda a, b, dt, util: (util * ratio, info)
-    if metric_id in _NVDEC:
-        return lambda a, b, dt, util: (a.device.activity.dec if a.device else 0.0, _MEDIA_INFO)
-    if metric_id in _NVJPG or metric_id in _NVOFA:
-        return lambda a, b, dt, util: (0.0, _MEDIA_INFO)
     if metric_id == pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL:
         return lambda a, b, dt, util: (min(100.0, util * a.mem_ratio), _INFO[metric_id])
     rate = {

@@ -21,6 +21,8 @@ class Sample:
     pcie: tuple[float, float] = (0.0, 0.0)  # tx, rx bytes
     nvlink: tuple[float, float] = (0.0, 0.0)  # tx, rx bytes, all links
     links: int = 0
+    dec: float = 0.0  # video decoder busy, percent
+    engines: tuple[int, int, int] = (0, 0, 0)  # NVDEC, NVJPG, NVOFA engines of the device
 
 
 class GpmSamples:

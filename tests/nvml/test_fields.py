@@ -22,6 +22,8 @@ CASES = [  # (valueType, union member, value written)
     (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**40)),
     (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", 7),
     (N.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -3),
+    (N.NVML_VALUE_TYPE_SIGNED_INT, "siVal", 2**30 + 5),  # positive: only bit 31 is the sign
+    (N.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", 2**62 + 5),
     (N.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65535),
     (99, "ullVal", 42),  # a value type pynvml does not know: read as ullVal
 ]
@@ -46,14 +48,19 @@ def test_each_value_type_reads_as_its_union_member(integer: bool):
         assert repr(got[3]) == repr(want[3])  # -0.0 stays -0.0
 
 
+# nvmlBrandType_t (nvml.h) and the string DCGM gives each (DcgmCacheManager.cpp 10441-10496)
+BRANDS = {
+    0: "Unknown", 1: "Quadro", 2: "Tesla", 3: "NVS", 4: "Grid", 5: "GeForce", 6: "Titan",
+    7: "NVIDIA Virtual Applications", 8: "NVIDIA Virtual PC",
+    9: "NVIDIA Virtual Compute Server", 10: "NVIDIA RTX Virtual Workstation",
+    11: "NVIDIA vGaming", 12: "Quadro RTX", 13: "NVIDIA RTX", 14: "NVIDIA",
+    15: "GeForce RTX", 16: "Titan RTX",
+}  # fmt: skip
+
+
 def test_brands_are_named_as_dcgm_names_them():
-    """NVML-REVIEW N14: DCGM's brand strings (DcgmCacheManager.cpp 10453, 10468)."""
+    """NVML-REVIEW N14: DCGM's brand strings; a number NVML adds later reads Unknown."""
     pick = FIELDS["DCGM_FI_DEV_BRAND"].pick
     assert pick is not None
-    assert [pick(b) for b in (2, 4, 11, 14, 99)] == [
-        "Tesla",
-        "Grid",
-        "NVIDIA vGaming",
-        "NVIDIA",
-        "Unknown",
-    ]
+    assert {b: pick(b) for b in BRANDS} == BRANDS
+    assert [pick(b) for b in (-1, 17, 99)] == ["Unknown"] * 3
