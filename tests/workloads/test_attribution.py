@@ -107,3 +107,74 @@ async def test_a_device_one_container_holds_has_its_holder_and_a_shared_one_has_
     assert gpus[1].key not in held
     assert attribution.sharers() == {}
     assert attribution.status().kubelet_up
+
+
+async def test_before_the_first_refresh_no_device_has_a_holder(kubelet):
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2))
+    try:
+        assert attr.holders() == {} and attr.sharers() == {}
+        assert attr.duration == 0.0 and attr.details() == ["pod labels off: kubelet not asked yet"]
+        assert attr.status().api_up is None  # the API server is not watched: nothing asks for it
+    finally:
+        await attr.close()
+
+
+async def test_pod_uids_alone_start_the_api_server_watch(kubelet, monkeypatch):
+    """--kubernetes-pod-uid needs the API server: it is watched from the start (its state
+    served as gpu_exporter_kube_api_up), not only once a GPU is shared."""
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "")
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2, pod_uid=True))
+    try:
+        assert attr.watcher is not None and attr.status().api_up is not None
+    finally:
+        await attr.close()
+
+
+async def test_an_api_server_watch_that_cannot_start_says_why_in_ready(kubelet, caplog):
+    attr = Attribution(KubeConfig("", str(kubelet.socket_path), timeout_s=2, pod_uid=True))
+    try:
+        why = "API server not usable: node name is empty: set NODE_NAME"
+        assert attr.details()[1].startswith(why)
+        assert attr.status().api_up is False
+        assert any(
+            r.getMessage().startswith("node name is empty")
+            and r.getMessage().endswith("; pod UIDs, labels, DRA and shared-GPU splits are off")
+            for r in caplog.records
+        )
+    finally:
+        await attr.close()
+
+
+class _BrokenWatcher:
+    """An API-server watcher whose pod lookups fail (a bug there, say)."""
+
+    status = ""
+    pods_synced = False
+    drops = None
+
+    def pod_by_name(self, namespace: str, name: str):
+        raise RuntimeError("lookup failed")
+
+    def slice_device(self, driver: str, pool: str, name: str):
+        return None
+
+    def stop(self) -> None:
+        pass
+
+
+async def test_a_refresh_that_fails_is_counted_and_charged_as_mapping_failed(kubelet, snap):
+    """A failure inside attribution keeps the cycle going: it is counted (the
+    mapping-failures self-metric), shown in /ready, and past STALE_S the time goes to
+    attribution unknown with reason mapping_failed."""
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2), _BrokenWatcher())
+    try:
+        assert attr.unknown(T0) == ""  # the first call starts the clock
+        await attr.refresh(snap)
+        await attr.refresh(snap)
+        assert attr.status().mapping_failures == 2
+        assert attr.details()[0] == "pod labels off: kube mapping failed: RuntimeError"
+        assert attr.unknown(T0 + STALE_S + 1.0) == "mapping_failed"
+        assert attr.duration > 0
+    finally:
+        await attr.close()
