@@ -1,12 +1,16 @@
 """exposition/dcgm.py through the stages: the XID counts keep their holder's pod labels,
-and a family with no sample this cycle is not served at all."""
+a family with no sample this cycle is not served at all, and every family follows a
+GPU's copies (one per HPC job)."""
 
 from __future__ import annotations
 
 import re
 
+from exporter import sim
+from exporter.collector import Collector
 from exporter.config.model import Config, KubeConfig
 from exporter.frame import Holder, Owner
+from exporter.poller import Poller
 from tests.exposition.test_build import CATALOG, gpu, snap
 from tests.support.exposition import Stages, samples
 
@@ -58,3 +62,22 @@ def test_a_family_with_no_sample_this_cycle_is_not_served() -> None:
     absent = {"DCGM_FI_DEV_FB_USED", COUNTS, "DCGM_EXP_GPU_HEALTH_STATUS"}
     assert not absent & set(typed)
     assert n == len(samples(body))
+
+
+def test_each_hpc_job_on_a_gpu_gets_its_own_copy_of_the_gpus_xid_series(tmp_path) -> None:
+    """The DCGM_EXP_* and XID families follow the plain fields: one series per job
+    (dcgm-exporter's hpc_job label), not one for the GPU without it."""
+    sim.install(None, latency=False)
+    col = Collector(CATALOG, "node-a")
+    poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(hpc_job_dir=str(tmp_path)))
+    try:
+        (tmp_path / "0").write_text("job-a\njob-b\n")
+        poller.publish(col.collect())
+        body = poller.builder.dcgm_text
+    finally:
+        col.close(0.5)
+        poller.close()
+        sim.uninstall()
+    for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS"):
+        jobs = [s.labels.get("hpc_job") for s in samples(body) if s.name == name]
+        assert sorted(j for j in jobs if j) == ["job-a", "job-b"], name
