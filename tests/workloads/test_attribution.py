@@ -163,7 +163,7 @@ class _BrokenWatcher:
         pass
 
 
-async def test_a_refresh_that_fails_is_counted_and_charged_as_mapping_failed(kubelet, snap):
+async def test_a_refresh_that_fails_is_counted_and_charged_as_mapping_failed(kubelet, snap, caplog):
     """A failure inside attribution keeps the cycle going: it is counted (the
     mapping-failures self-metric), shown in /ready, and past STALE_S the time goes to
     attribution unknown with reason mapping_failed."""
@@ -175,6 +175,36 @@ async def test_a_refresh_that_fails_is_counted_and_charged_as_mapping_failed(kub
         assert attr.status().mapping_failures == 2
         assert attr.details()[0] == "pod labels off: kube mapping failed: RuntimeError"
         assert attr.unknown(T0 + STALE_S + 1.0) == "mapping_failed"
-        assert attr.duration > 0
+        assert 0 < attr.duration < 5.0  # seconds the refresh took
+        mine = "exporter.workloads.attribution"
+        logged = {r.getMessage() for r in caplog.records if r.name == mine}
+        want = "kube mapping failed: RuntimeError: lookup failed; keeping the last pod labels"
+        assert logged == {want}
+    finally:
+        await attr.close()
+
+
+async def test_a_map_build_that_hangs_is_given_up_at_the_kubelet_timeout_plus_1_s(kubelet, snap):
+    """timeout_s 1: the refresh waits 2 s in all, then charges kubelet_timeout; a build
+    that takes 2.5 s (a huge answer, a slow node) is not waited for."""
+    import time
+
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=1))
+    try:
+        assert attr.unknown(T0) == ""
+        await attr.refresh(snap)
+        assert attr.mapper.status == ""  # answered within the 2 s
+        build = attr.mapper._map_for
+
+        def slow(*args):
+            time.sleep(2.5)
+            return build(*args)
+
+        attr.mapper._map_for = slow  # type: ignore[method-assign]
+        kubelet.pods = type(kubelet.pods)()  # a new answer: the map is built again
+        await attr.refresh(snap)
+        assert attr.mapper.status == "kubelet did not answer in time"
+        assert attr.details()[0] == "pod labels off: kubelet did not answer in time"
+        assert attr.unknown(T0 + STALE_S + 1.0) == "kubelet_timeout"
     finally:
         await attr.close()
