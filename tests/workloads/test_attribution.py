@@ -13,6 +13,7 @@ from exporter.nvml.devices import Device
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot
 from exporter.workloads.attribution import STALE_S, Attribution
+from tests.workloads.test_advertised import plugin
 
 T0 = 1.8e9  # the collector's unix seconds at the first cycle
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -206,5 +207,52 @@ async def test_a_map_build_that_hangs_is_given_up_at_the_kubelet_timeout_plus_1_
         assert attr.mapper.status == "kubelet did not answer in time"
         assert attr.details()[0] == "pod labels off: kubelet did not answer in time"
         assert attr.unknown(T0 + STALE_S + 1.0) == "kubelet_timeout"
+    finally:
+        await attr.close()
+
+
+async def test_a_time_sliced_gpu_is_shared_over_the_replicas_the_plugin_advertises(
+    attribution, kubelet, snap, inventory
+):
+    """GPU 1: four replicas held by three pods; the device plugin advertises eight, so
+    the holders' shares are over eight (basis "advertised"), half of it held."""
+    gpus, _ = inventory
+    kubelet.allocatable = plugin(gpus[1].uuid, 8)
+    await attribution.refresh(snap)
+    use = attribution.usage(snap)[gpus[1].key]
+    assert (use.replicas, use.basis) == (8, "advertised")
+    assert sum(c.share for c in use.claims) == 0.5
+
+
+async def test_with_virtual_gpus_each_holder_of_a_shared_gpu_is_listed(kubelet, snap, inventory):
+    gpus, _ = inventory
+    cfg = KubeConfig("n", str(kubelet.socket_path), timeout_s=2, virtual_gpus=True)
+    attr = Attribution(cfg)
+    try:
+        await attr.refresh(snap)
+        sharers = attr.sharers()[gpus[1].key]
+        assert sorted(h.owner.pod for h in sharers) == ["batch-a", "batch-b", "batch-c"]
+        assert sorted(h.vgpu for h in sharers) == ["0", "1", "2,3"]
+    finally:
+        await attr.close()
+
+
+async def test_holders_follow_the_kubelet_without_an_api_server(kubelet, snap, inventory):
+    """A node with no shared GPU watches no API server: the holders still follow each
+    answer (train-0 leaves: GPU 0 has none), and held GPUs' processes are not read (no
+    join to pods is possible)."""
+    gpus, _ = inventory
+    only = type(kubelet.pods)()
+    only.pod_resources.extend(p for p in kubelet.pods.pod_resources if p.name == "train-0")
+    kubelet.pods = only
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2))
+    try:
+        await attr.refresh(snap)
+        assert attr.watcher is None and attr.joinable is False
+        assert attr.holders()[gpus[0].key].owner.pod == "train-0"
+        assert attr.wants_processes()(gpus[0].key, {FB_USED: 100.0}) is False
+        kubelet.pods = type(kubelet.pods)()
+        await attr.refresh(snap)
+        assert attr.holders() == {}
     finally:
         await attr.close()

@@ -85,3 +85,50 @@ def test_a_device_one_container_holds_is_all_its_own_whatever_its_sm_share() -> 
     assert got[("busy_gpu_seconds_total", "a")] == 80
     assert got[("energy_joules_total", "a")] == 50_000
     assert got[("unattributed_energy_joules_total", "0/")] == 0
+
+
+def test_a_mig_instance_created_while_running_is_charged_from_its_first_cycle() -> None:
+    """Without Kubernetes each instance holds itself. The GPU stays the same object; a
+    3g instance appears at 100: charged 3/7 of 100..200, and unallocated shrinks."""
+    g = gpu(1)
+    m1, m3 = mig(g, 7, 1), mig(g, 2, 3)
+    ledger = Ledger()
+    for t, entities in ((0, [m1]), (100, [m1, m3]), (200, [m1, m3])):
+        ledger.update(snap(t, [g], entities), None)
+    got = served(ledger)
+    assert got[("allocated_gpu_seconds_total", "1/2")] == pytest.approx(300 / 7, abs=1e-3)
+    assert got[("unallocated_gpu_seconds_total", "1/")] == pytest.approx(
+        600 / 7 + 300 / 7, abs=1e-3
+    )
+
+
+def test_a_mig_instance_recreated_with_another_profile_is_charged_by_its_new_size() -> None:
+    """The same GPU instance ID, destroyed and created as 3g instead of 1g: the device
+    is a new one (same key), held 3/7 of the GPU from then on."""
+    g = gpu(1)
+    small, large = mig(g, 2, 1), mig(g, 2, 3)
+    assert small.key == large.key
+    ledger = Ledger()
+    for t, m in ((0, small), (100, large), (200, large)):
+        ledger.update(snap(t, [g], [m]), None)
+    got = served(ledger)
+    assert got[("allocated_gpu_seconds_total", "1/2")] == pytest.approx(400 / 7, abs=1e-3)
+
+
+def test_an_unheld_instance_before_a_held_one_leaves_the_held_one_charged() -> None:
+    g = gpu(1)
+    free, used = mig(g, 1, 1), mig(g, 2, 3)
+    uses = {used.key: held(Claim("ml", "a", "c"))}
+    got = _run([free, used], {}, uses, gpus=[g])
+    assert got[("allocated_gpu_seconds_total", "a")] == pytest.approx(300 / 7, abs=1e-3)
+
+
+def test_while_holders_are_not_known_the_gpu_is_charged_to_unknown_not_to_a_holder() -> None:
+    g = gpu()
+    uses = {g.key: held(Claim("ml", "a", "c"))}
+    ledger = Ledger()
+    for t in (0, 100):
+        ledger.update(snap(t, [g], values={g.key: {UTIL: 50}}), uses, "kubelet_throttled")
+    got = served(ledger, uses)
+    assert got[("attribution_unknown_gpu_seconds_total", "0/")] == 100
+    assert ("allocated_gpu_seconds_total", "a") not in got
