@@ -132,3 +132,21 @@ def test_while_holders_are_not_known_the_gpu_is_charged_to_unknown_not_to_a_hold
     got = served(ledger, uses)
     assert got[("attribution_unknown_gpu_seconds_total", "0/")] == 100
     assert ("allocated_gpu_seconds_total", "a") not in got
+
+
+def test_while_holders_are_not_known_a_mig_gpu_is_unknown_by_its_instances_slices() -> None:
+    """A 3g and a 1g instance of seven slices: 4/7 of the time and energy is unknown,
+    3/7 unallocated and unattributed, whoever held what; an instance whose size is not
+    known (0 slices read) counts for none of it."""
+    g = gpu(1)
+    m3, m1, odd = mig(g, 2, 3), mig(g, 7, 1), mig(g, 9, 0)
+    uses = {m1.key: held(Claim("ml", "a", "c")), m3.key: held(Claim("ml", "b", "c"))}
+    ledger = Ledger()
+    for t, mj in ((0, 0), (70, 70_000_000)):
+        values = {g.key: {ENERGY: mj}}
+        ledger.update(snap(t, [g], [m3, m1, odd], values), uses, "kubelet_socket_missing")
+    got = served(ledger, uses)
+    assert got[("attribution_unknown_gpu_seconds_total", "1/")] == pytest.approx(40, abs=1e-3)
+    assert got[("attribution_unknown_energy_joules_total", "1/")] == pytest.approx(40_000, 1e-6)
+    assert got[("unallocated_gpu_seconds_total", "1/")] == pytest.approx(30, abs=1e-3)
+    assert got[("unattributed_energy_joules_total", "1/")] == pytest.approx(30_000, 1e-6)
