@@ -9,8 +9,10 @@ import math
 import pytest
 
 from exporter.derive.accounting.ledger import Ledger
+from exporter.exposition.accounting import AccountText
 from exporter.frame import Claim
 from tests.derive.accounting.test_ledger import ENERGY, SM, UTIL, gpu, held, mig, served, snap
+from tests.support.exposition import samples
 
 GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 
@@ -150,3 +152,21 @@ def test_while_holders_are_not_known_a_mig_gpu_is_unknown_by_its_instances_slice
     assert got[("attribution_unknown_energy_joules_total", "1/")] == pytest.approx(40_000, 1e-6)
     assert got[("unallocated_gpu_seconds_total", "1/")] == pytest.approx(30, abs=1e-3)
     assert got[("unattributed_energy_joules_total", "1/")] == pytest.approx(30_000, 1e-6)
+
+
+def test_without_kubernetes_a_devices_series_carry_no_pod_labels() -> None:
+    """Each device holds itself: its series have the device's labels and none of a pod's
+    (not even empty ones)."""
+    g = gpu()
+    ledger = Ledger()
+    for t in (0, 10):
+        ledger.update(snap(t, [g]), None)
+    text, _ = AccountText().families(ledger.accounts(None, ()))
+    (s,) = [s for s in samples(text) if s.name == "gpu_exporter_allocated_gpu_seconds_total"]
+    assert s.labels == {
+        "gpu": "0",
+        "uuid": "GPU-0",
+        "model_name": "NVIDIA H100 80GB HBM3",
+        "hostname": "node",
+    }
+    assert s.value == 10
