@@ -309,3 +309,32 @@ def test_holders_past_the_bound_cost_no_walk_over_every_holder() -> None:
 
     at_bound, past = best_cycle(1024), best_cycle(2500)
     assert past < 5 * at_bound + 0.05, (past, at_bound)
+
+
+def test_a_gpu_gone_for_longer_than_the_retention_is_no_longer_served() -> None:
+    """A GPU removed from the node keeps its final values for the retention (the last
+    increments get scraped), then its series go."""
+    g0, g1 = gpu(0), gpu(1)
+    ledger = Ledger(retention_s=30)
+    for t in (0, 10):
+        ledger.update(snap(t, [g0, g1]), {})
+    assert served(ledger)[("unallocated_gpu_seconds_total", "1/")] == 10
+    for t in (20, 30, 50):  # GPU 1 gone from the cycle at 20 on
+        ledger.update(snap(t, [g0]), {})
+        assert served(ledger)[("unallocated_gpu_seconds_total", "1/")] == 10, t
+    ledger.update(snap(51, [g0]), {})
+    got = served(ledger)
+    assert ("unallocated_gpu_seconds_total", "1/") not in got
+    assert got[("unallocated_gpu_seconds_total", "0/")] == 51
+
+
+def test_holders_dropped_at_the_retention_add_up_across_cycles() -> None:
+    """a ends at 10, b at 20: each is dropped in its own cycle; the counter is a counter."""
+    g = gpu()
+    ledger = Ledger(retention_s=30)
+    a, b = held(Claim("ml", "a", "c")), held(Claim("ml", "b", "c"))
+    for t, uses in ((0, {g.key: a}), (10, {g.key: b}), (20, {}), (41, {}), (51, {})):
+        ledger.update(snap(t, [g]), uses)
+    text, _ = AccountText().families(ledger.accounts(None, ()))
+    assert 'gpu_exporter_accounting_holders_dropped_total{reason="retention"} 2' in text
+    assert not any(s.labels.get("pod") for s in samples(text))
