@@ -203,6 +203,7 @@ def metrics_get(drv: DriverView, now: float, metrics_ref: Any) -> int:
 
 Metric = Callable[[Sample, Sample, float, float], tuple[float, tuple[bytes, bytes, bytes]]]
 
+
 @functools.cache
 def _metric(metric_id: int, links: int) -> Metric | None:
     """How to compute a metric between two samples of a device with `links` NVLinks."""
