@@ -31,9 +31,25 @@ def holder_pairs(h: Holder) -> list[tuple[str, str]]:
         pairs.append(("pod_uid", h.pod_uid))
     if h.vgpu:
         pairs.append(("vgpu", h.vgpu))
-    if o.claim:
-        pairs += [("claim_name", o.claim), ("claim_namespace", o.claim_namespace)]
+    pairs += dra_pairs(o)
     pairs.extend(h.labels)
+    return pairs
+
+
+def dra_pairs(o: Owner) -> list[tuple[str, str]]:
+    """dcgm-exporter's DRA labels of a container holding its device through a claim: the
+    claim and the device's driver, pool and name; its MIG profile and UUID on a MIG device."""
+    if not o.claim:
+        return []
+    pairs = [
+        ("dra_claim_name", o.claim),
+        ("dra_claim_namespace", o.claim_namespace),
+        ("dra_driver_name", o.driver),
+        ("dra_pool_name", o.pool),
+        ("dra_device_name", o.device),
+    ]
+    if o.mig_profile or o.mig_uuid:
+        pairs += [("dra_mig_profile", o.mig_profile), ("dra_mig_device_uuid", o.mig_uuid)]
     return pairs
 
 

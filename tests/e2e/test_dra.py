@@ -68,23 +68,38 @@ def node(tmp_path):
 
 
 def test_dra_claims_label_whole_gpu_and_mig_device(node):
-    text = node.wait_metrics(lambda t: 'claim_name="small-mig"' in t, 15, "DRA labels")
+    ids = fleet_ids(None)
+    text = node.wait_metrics(lambda t: 'dra_claim_name="small-mig"' in t, 15, "DRA labels")
     whole = find(text, "DCGM_FI_DEV_FB_USED", gpu="3")
     assert [(s.labels["pod"], s.labels["namespace"], s.labels["container"]) for s in whole] == [
         ("dra-whole", "ml", "trainer")
     ]
-    assert (
-        whole[0].labels["claim_name"] == "whole-gpu" and whole[0].labels["claim_namespace"] == "ml"
-    )
+    # dcgm-exporter's DRA labels (transformation/kubernetes.go): no MIG ones on a whole GPU
+    assert {k: v for k, v in whole[0].labels.items() if k.startswith("dra_")} == {
+        "dra_claim_name": "whole-gpu",
+        "dra_claim_namespace": "ml",
+        "dra_driver_name": "gpu.nvidia.com",
+        "dra_pool_name": "sim-node",
+        "dra_device_name": "gpu-3",
+    }
+    assert "claim_name" not in whole[0].labels
     temp = find(text, "DCGM_FI_DEV_GPU_TEMP", gpu="3")
     assert temp[0].labels["pod"] == "dra-whole"  # device-level series of a whole GPU too
     mig = [s for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="7") if s.labels.get("GPU_I_ID") == "7"]
-    assert [(s.labels["pod"], s.labels["claim_name"]) for s in mig] == [("dra-mig", "small-mig")]
+    assert [(s.labels["pod"], s.labels["dra_claim_name"]) for s in mig] == [
+        ("dra-mig", "small-mig")
+    ]
+    assert (mig[0].labels["dra_mig_profile"], mig[0].labels["dra_mig_device_uuid"]) == (
+        "1g.10gb",
+        ids["mig:7:7"],
+    )
     # dynamic MIG: the slice names the parent GPU and profile (3g.40gb is GI 2 on GPU 7)
     dyn = [s for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="7") if s.labels.get("GPU_I_ID") == "2"]
-    assert [(s.labels["pod"], s.labels["claim_name"]) for s in dyn] == [
+    assert [(s.labels["pod"], s.labels["dra_claim_name"]) for s in dyn] == [
         ("dra-dynamic", "dynamic-mig")
     ]
+    # the slice has no UUID yet: the live instance's, from NVML
+    assert dyn[0].labels["dra_mig_device_uuid"] == ids["mig:7:2"]
     # the other MIG instances of GPU 7, and GPU 7's device series, stay unlabelled
     others = [
         s
@@ -93,3 +108,83 @@ def test_dra_claims_label_whole_gpu_and_mig_device(node):
     ]
     assert others and all(not s.labels.get("pod") for s in others)  # -k: pod=""
     assert "fpga" not in text  # other drivers' claims are not ours
+
+
+SIM_FLEET = """
+hostname: sim-node
+gpus:
+  - model: NVIDIA H100 80GB HBM3
+  - model: NVIDIA H100 80GB HBM3
+    mig: [{profile: 1g.10gb, gi: 9}, {profile: 1g.10gb, gi: 7}, {profile: 1g.10gb, gi: 13}]
+pods:
+  - {name: whole, namespace: ml, container: c, devices: ["gpu:0"], claim: whole-gpu}
+  - {name: a, namespace: ml, container: c, devices: ["mig:1:7"], claim: mig-a}
+  - {name: b, namespace: ml, container: c, devices: ["mig:1:9"], claim: mig-b}
+  - {name: c, namespace: lab, container: c, devices: ["mig:1:13"], claim: mig-c}
+"""
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_the_simulators_kubelet_serves_dra_claims(tmp_path, version):
+    """``--simulate -k`` with a fleet whose pods hold their devices through claims: the
+    simulator's pod-resources server names them as NVIDIA's DRA driver does, and its
+    ResourceSlice (served by the fake API server) publishes the three same-profile MIG
+    instances without UUIDs (dynamic MIG); each instance goes to its own claim."""
+    from exporter import sim
+    from exporter.sim.resourceslices import resource_slice
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(SIM_FLEET)
+    driver = sim.install(fleet)
+    try:
+        doc = resource_slice(driver.gpus, "sim-node", version)
+        truth = {m.spec.gi: (m.uuid, m.spec.start) for m in driver.gpus[1].migs}
+    finally:
+        sim.uninstall()
+    assert all("uuid" not in json.dumps(d) for d in doc["spec"]["devices"][1:])
+    api = FakeAPIServer(slices=[doc], slice_versions=(version,)).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "f", "cluster": {"server": api.url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "f", "context": {"cluster": "f", "user": "u"}}],
+                "current-context": "f",
+            }
+        )
+    )
+    exp = Exporter(
+        "-c", "300", "-k", "--kubernetes-dra",
+        fleet=fleet,
+        env={"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": ""},
+    )  # fmt: skip
+    try:
+        exp.wait_ready()
+        text = exp.wait_metrics(lambda t: 'dra_claim_name="mig-c"' in t, 15, "DRA labels")
+    finally:
+        exp.stop()
+        api.stop()
+    (whole,) = find(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
+    assert (whole.labels["pod"], whole.labels["dra_device_name"]) == ("whole", "gpu-0")
+    got = {
+        s.labels["GPU_I_ID"]: (
+            s.labels["pod"],
+            s.labels["namespace"],
+            s.labels["dra_claim_name"],
+            s.labels["dra_device_name"],
+            s.labels["dra_mig_device_uuid"],
+        )
+        for s in find(text, "DCGM_FI_DEV_FB_USED", gpu="1")
+    }
+    name = "gpu-1-mig-1g10gb-19-{}".format
+    assert got == {
+        str(gi): (pod, ns, claim, name(truth[gi][1]), truth[gi][0])
+        for gi, pod, ns, claim in (
+            (7, "a", "ml", "mig-a"),
+            (9, "b", "ml", "mig-b"),
+            (13, "c", "lab", "mig-c"),
+        )
+    }

@@ -29,7 +29,9 @@ RESERVED_LABELS = frozenset(
         "DCGM_FI_SYSTEM_DRIVER_VERSION", "err_code", "err_msg",
         "peer_gpu", "link_status", "resource",
         # pod attribution
-        "pod", "namespace", "container", "pod_uid", "claim_name", "claim_namespace",
+        "pod", "namespace", "container", "pod_uid", "dra_claim_name", "dra_claim_namespace",
+        "dra_driver_name", "dra_pool_name", "dra_device_name", "dra_mig_profile",
+        "dra_mig_device_uuid",
         # set by Prometheus on every target, or with a meaning of their own
         "job", "instance", "le", "quantile",
     }
