@@ -10,15 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from exporter.exposition import text
-from exporter.frame import Holder, Owner, Split
+from exporter.frame import Holder, Owner, Split, Unhealthy
+from exporter.nvml.devices import Device
 
 CACHE_MAX = 4096  # holders whose label text is kept; past it the cache starts over
 
 FB = "gpu_exporter_container_fb_used_bytes"
 SM = "gpu_exporter_container_sm_util_ratio"
+UNHEALTHY = "gpu_exporter_pod_device_unhealthy"
 HELP = {
     FB: "Framebuffer used by the container's processes on a shared GPU or MIG instance (bytes).",
     SM: "SM utilization of the container's processes on a shared GPU (ratio 0-1 of the GPU).",
+    UNHEALTHY: "1: the container holds a GPU or MIG instance its DRA driver calls unhealthy "
+    "(source: taint, a NoSchedule/NoExecute ResourceSlice device taint; pod_status, "
+    "the pod's allocatedResourcesStatus).",
 }
 MIB = 1024 * 1024  # the shares come in MiB and percent, as the DCGM copies need them
 
@@ -103,3 +108,23 @@ def shared_families(splits: Iterable[Split], device_text: Callable[..., str]) ->
             lines[SM].append(text.sample(SM, f"{dev},{_owner_text(o)}", repr(round(v / 100, 5))))
     out = [text.family(name, HELP[name], "gauge", ls) for name, ls in lines.items()]
     return "".join(out), len(lines[FB]) + len(lines[SM])
+
+
+def unhealthy_family(
+    unhealthy: Mapping[str, tuple[Unhealthy, ...]],
+    devices: Iterable[Device],
+    device_text: Callable[..., str],
+) -> tuple[str, int]:
+    """Text and series count of the family of containers on devices their DRA driver
+    calls unhealthy (one series per container, device, source and reason)."""
+    if not unhealthy:
+        return "", 0
+    lines = []
+    for d in {d.key: d for d in devices}.values():  # whole GPUs are among the entities too
+        for u in unhealthy.get(d.key, ()):
+            o = u.owner
+            pairs = [*dra_pairs(o), ("source", u.source), ("reason", u.reason)]
+            lines.append(
+                text.sample(UNHEALTHY, f"{device_text(d)},{_owner_text(o)},{text.join(pairs)}", "1")
+            )
+    return text.family(UNHEALTHY, HELP[UNHEALTHY], "gauge", lines), len(lines)

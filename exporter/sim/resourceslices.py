@@ -4,9 +4,9 @@ One pool named after the node, driver ``gpu.nvidia.com``: each GPU out of MIG mo
 as ``gpu-N`` (``type: gpu`` and its ``uuid``), each live MIG instance under the
 driver's name ``gpu-N-mig-<profile>-<profile id>-<placement start>`` (``type: mig``,
 ``parentUUID``, ``profile``) and, as for dynamic MIG before the device is prepared,
-no ``uuid``. ``resource.k8s.io/v1`` puts a device's attributes and taints directly
-on it, ``v1beta1`` under ``basic``. ``taints`` maps a device name to the taints
-(``{key, value, effect}``) the driver puts on it.
+no ``uuid``. ``resource.k8s.io/v1`` puts a device's attributes directly on it,
+``v1beta1`` under ``basic``. ``taints`` maps a device name to the taints (``{key,
+value, effect}``) the driver puts on it; v1beta1 has none.
 """
 
 from __future__ import annotations
@@ -56,9 +56,12 @@ def resource_slice(
     devices = []
     for name, attrs, mib in _devices(gpus):
         body: dict[str, Any] = {"attributes": attrs, "capacity": {"memory": {"value": f"{mib}Mi"}}}
+        if version == "v1beta1":
+            devices.append({"name": name, "basic": body})
+            continue
         if taints and name in taints:
             body["taints"] = taints[name]
-        devices.append({"name": name, **({"basic": body} if version == "v1beta1" else body)})
+        devices.append({"name": name, **body})
     return {
         "apiVersion": f"resource.k8s.io/{version}",
         "kind": "ResourceSlice",

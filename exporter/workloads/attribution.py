@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.config.model import KubeConfig
-from exporter.frame import DeviceUse, Holder, KubeStatus, Owner, Split
+from exporter.frame import DeviceUse, Holder, KubeStatus, Owner, Split, Unhealthy
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.advertised import AdvertisedReplicas
@@ -163,6 +163,26 @@ class Attribution:
     def holders(self) -> Mapping[str, Holder]:
         """The container holding each device that exactly one container holds."""
         return self._holders
+
+    def unhealthy(self) -> Mapping[str, tuple[Unhealthy, ...]]:
+        """The containers holding each device their DRA driver calls unhealthy: by a
+        ResourceSlice taint (the mapper), or by their pod's allocatedResourcesStatus, whose
+        entry names the claim (``claim:<claim>/<request>``) and the device
+        (``<driver>/<pool>/<device>``)."""
+        pm = self.mapper.map
+        if self.watcher is None:
+            return pm.unhealthy
+        out = {k: list(v) for k, v in pm.unhealthy.items()}
+        for key, owners in pm.owners.items():
+            for o in owners:
+                info = self.watcher.pod_by_name(o.namespace, o.pod) if o.claim else None
+                device = f"{o.driver}/{o.pool}/{o.device}"
+                for container, resource, rid in info.unhealthy if info is not None else ():
+                    if (container, rid) == (o.container, device) and resource.startswith(
+                        f"claim:{o.claim}/"
+                    ):
+                        out.setdefault(key, []).append(Unhealthy(o, "pod_status", "Unhealthy"))
+        return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
     def sharers(self) -> Mapping[str, tuple[Holder, ...]]:
         """With --kubernetes-virtual-gpus, the containers holding each device that several

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.procs import Exporter
+from tests.support.dranode import dra_node
 from tests.support.exposition import find
 from tests.support.fakeapi import FakeAPIServer
 from tests.support.fakekubelet import FakeKubelet, fleet_ids
@@ -130,43 +131,10 @@ def test_the_simulators_kubelet_serves_dra_claims(tmp_path, version):
     simulator's pod-resources server names them as NVIDIA's DRA driver does, and its
     ResourceSlice (served by the fake API server) publishes the three same-profile MIG
     instances without UUIDs (dynamic MIG); each instance goes to its own claim."""
-    from exporter import sim
-    from exporter.sim.resourceslices import resource_slice
-
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(SIM_FLEET)
-    driver = sim.install(fleet)
-    try:
-        doc = resource_slice(driver.gpus, "sim-node", version)
-        truth = {m.spec.gi: (m.uuid, m.spec.start) for m in driver.gpus[1].migs}
-    finally:
-        sim.uninstall()
-    assert all("uuid" not in json.dumps(d) for d in doc["spec"]["devices"][1:])
-    api = FakeAPIServer(slices=[doc], slice_versions=(version,)).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "f", "cluster": {"server": api.url}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "f", "context": {"cluster": "f", "user": "u"}}],
-                "current-context": "f",
-            }
-        )
-    )
-    exp = Exporter(
-        "-c", "300", "-k", "--kubernetes-dra",
-        fleet=fleet,
-        env={"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": ""},
-    )  # fmt: skip
-    try:
-        exp.wait_ready()
+    with dra_node(tmp_path, SIM_FLEET, version) as (exp, doc, gpus):
         text = exp.wait_metrics(lambda t: 'dra_claim_name="mig-c"' in t, 15, "DRA labels")
-    finally:
-        exp.stop()
-        api.stop()
+    assert all("uuid" not in json.dumps(d) for d in doc["spec"]["devices"][1:])
+    truth = {m.spec.gi: (m.uuid, m.spec.start) for m in gpus[1].migs}
     (whole,) = find(text, "DCGM_FI_DEV_GPU_TEMP", gpu="0")
     assert (whole.labels["pod"], whole.labels["dra_device_name"]) == ("whole", "gpu-0")
     got = {
@@ -188,3 +156,59 @@ def test_the_simulators_kubelet_serves_dra_claims(tmp_path, version):
             (13, "c", "lab", "mig-c"),
         )
     }
+
+
+def test_a_tainted_device_names_the_pods_on_it(tmp_path):
+    """The DRA driver taints the MIG instance of claim mig-b NoSchedule (XID 79) and GPU 0
+    with an informational taint (effect None): only pod b is on an unhealthy device."""
+    name = {9: "gpu-1-mig-1g10gb-19-2", 7: "gpu-1-mig-1g10gb-19-0"}
+    taints = {
+        name[9]: [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}],
+        "gpu-0": [{"key": "gpu.nvidia.com/unmonitored", "effect": "None"}],
+    }
+    with dra_node(tmp_path, SIM_FLEET, "v1", taints) as (exp, doc, _):
+        text = exp.wait_metrics(
+            lambda t: "gpu_exporter_pod_device_unhealthy{" in t, 15, "the unhealthy family"
+        )
+    assert any("taints" in d for d in doc["spec"]["devices"])
+    keys = ("gpu", "GPU_I_ID", "pod", "dra_claim_name", "dra_device_name", "source", "reason")
+    got = [
+        (*(s.labels[k] for k in keys), s.value)
+        for s in find(text, "gpu_exporter_pod_device_unhealthy")
+    ]
+    assert got == [("1", "9", "b", "mig-b", name[9], "taint", "gpu.nvidia.com/xid=79", 1)]
+
+
+def _pod(name: str, namespace: str, claim: str, device: str, health: str) -> dict:
+    """A pod of this node whose container c reports its claim's device's health (KEP-4680)."""
+    status = {"name": f"claim:{claim}/gpu", "resources": []}
+    status["resources"] = [{"resourceID": f"gpu.nvidia.com/sim-node/{device}", "health": health}]
+    container = {"name": "c", "containerID": f"containerd://{name}", "ready": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": {"nodeName": "sim-node", "containers": [{"name": "c"}]},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [{**container, "allocatedResourcesStatus": [status]}],
+        },
+    }
+
+
+def test_the_pods_allocated_resources_status_names_an_unhealthy_device(tmp_path):
+    """KEP-4680: the kubelet writes the DRA driver's health of a claim's device into the
+    pod's status; pod c's MIG instance is Unhealthy, pod a's Healthy."""
+    pods = [
+        _pod("a", "ml", "mig-a", "gpu-1-mig-1g10gb-19-0", "Healthy"),
+        _pod("c", "lab", "mig-c", "gpu-1-mig-1g10gb-19-6", "Unhealthy"),
+    ]
+    with dra_node(tmp_path, SIM_FLEET, "v1", pods=pods) as (exp, _, _):
+        text = exp.wait_metrics(
+            lambda t: "gpu_exporter_pod_device_unhealthy{" in t, 15, "the unhealthy family"
+        )
+    keys = ("gpu", "GPU_I_ID", "pod", "namespace", "dra_claim_name", "source", "reason")
+    got = [
+        tuple(s.labels[k] for k in keys) for s in find(text, "gpu_exporter_pod_device_unhealthy")
+    ]
+    assert got == [("1", "13", "c", "lab", "mig-c", "pod_status", "Unhealthy")]

@@ -429,6 +429,8 @@ def _serve(obj: dict[str, Any], api_version: str, in_list: bool = False) -> dict
         for dev in obj.get("spec", {}).get("devices", []):
             if beta1 and "basic" not in dev:
                 dev["basic"] = {k: dev.pop(k) for k in ("attributes", "capacity") if k in dev}
+                for k in ("taints", "allowMultipleAllocations"):  # not in v1beta1
+                    dev.pop(k, None)
             elif not beta1 and "basic" in dev:
                 dev.update(dev.pop("basic"))
         obj["apiVersion"] = api_version
