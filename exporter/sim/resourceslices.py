@@ -6,11 +6,15 @@ driver's name ``gpu-N-mig-<profile>-<profile id>-<placement start>`` (``type: mi
 ``parentUUID``, ``profile``) and, as for dynamic MIG before the device is prepared,
 no ``uuid``. ``resource.k8s.io/v1`` puts a device's attributes directly on it,
 ``v1beta1`` under ``basic``. ``taints`` maps a device name to the taints (``{key,
-value, effect}``) the driver puts on it; v1beta1 has none.
+value, effect}``) the driver puts on it; v1beta1 has none. ``shared`` names the
+devices published with ``allowMultipleAllocations`` (KEP-5075 consumable capacity:
+several claims each consume part of the device's ``memory`` capacity), and
+:func:`resource_claim` is the allocated claim the scheduler writes for one of them.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,8 +53,10 @@ def resource_slice(
     node: str,
     version: str = "v1",
     taints: Mapping[str, list[dict[str, str]]] | None = None,
+    shared: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The pool's one ResourceSlice as the API server serves it under ``version``."""
+    shared = frozenset(shared)
     if version not in VERSIONS:
         raise ValueError(f"ResourceSlice version {version!r}: one of {', '.join(VERSIONS)}")
     devices = []
@@ -61,6 +67,8 @@ def resource_slice(
             continue
         if taints and name in taints:
             body["taints"] = taints[name]
+        if name in shared:
+            body["allowMultipleAllocations"] = True
         devices.append({"name": name, **body})
     return {
         "apiVersion": f"resource.k8s.io/{version}",
@@ -72,4 +80,34 @@ def resource_slice(
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "devices": devices,
         },
+    }
+
+
+def resource_claim(
+    name: str,
+    namespace: str,
+    node: str,
+    device: str,
+    consumed: Mapping[str, str],
+    version: str = "v1",
+) -> dict[str, Any]:
+    """An allocated ResourceClaim of the driver's ``device`` in pool ``node`` that
+    consumes ``consumed`` (capacity name -> quantity, e.g. ``{"memory": "20Gi"}``) of it,
+    as the scheduler records a consumable-capacity allocation (one share, its shareID)."""
+    if version not in VERSIONS:
+        raise ValueError(f"ResourceClaim version {version!r}: one of {', '.join(VERSIONS)}")
+    result = {
+        "request": "gpu",
+        "driver": DRA_DRIVER,
+        "pool": node,
+        "device": device,
+        "shareID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{node}/{namespace}/{name}")),
+        "consumedCapacity": dict(consumed),
+    }
+    return {
+        "apiVersion": f"resource.k8s.io/{version}",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu"}]}},
+        "status": {"allocation": {"devices": {"results": [result]}}},
     }

@@ -24,6 +24,7 @@ from exporter.frame import DeviceUse, Holder, KubeStatus, Owner, Split, Unhealth
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.advertised import AdvertisedReplicas
+from exporter.workloads.capacity import claim_parts
 from exporter.workloads.cgroups import ContainerRef, container_of
 from exporter.workloads.kubelet.podresources import PodResourcesClient
 from exporter.workloads.limits import Drops
@@ -156,8 +157,12 @@ class Attribution:
         """Holders and unaccounted processes of every device of ``snap``, for accounting
         (none unaccounted while the kubelet's answer is not current)."""
         whose = self._whose if self.joinable else None
+        pm = self.mapper.map
+        parts = claim_parts(pm.owners, self.watcher.claim_consumed, self._slice_device) if (
+            self.cfg.dra and self.watcher is not None
+        ) else {}  # fmt: skip
         return self._usage.uses(
-            snap, self.mapper.map, whose, not self.mapper.status, self.advertised.replicas
+            snap, pm, whose, not self.mapper.status, self.advertised.replicas, parts
         )
 
     def holders(self) -> Mapping[str, Holder]:

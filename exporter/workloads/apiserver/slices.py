@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.workloads import limits
+from exporter.workloads.apiserver.claims import capacities
 from exporter.workloads.limits import Drops
 
 Slice = tuple[str, str, int, tuple["SliceDevice", ...]]  # driver, pool, generation, devices
@@ -36,6 +37,8 @@ class SliceDevice:
     profile: str
     placement: int | None = None  # a MIG device's first memory slice, from its name
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect), at most MAX_TAINTS
+    capacity: tuple[tuple[str, float], ...] = ()  # (name, amount) of its capacity map
+    shared: bool = False  # allowMultipleAllocations: several claims consume its capacity
 
 
 def _map(v: Any) -> Mapping[str, Any]:
@@ -97,6 +100,8 @@ def _device(driver: str, pool: str, dev: Mapping[str, Any]) -> SliceDevice:
         profile=a.get("profile", ""),
         placement=int(named.group(4)) if named else None,
         taints=_taints(body.get("taints")),
+        capacity=capacities(body.get("capacity")),
+        shared=body.get("allowMultipleAllocations", dev.get("allowMultipleAllocations")) is True,
     )
 
 

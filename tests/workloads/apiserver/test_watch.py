@@ -353,7 +353,7 @@ def test_stop_returns_quickly_with_a_watch_open(api):
     started = time.monotonic()
     w.stop()
     assert time.monotonic() - started < 1.0
-    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
+    assert len(threads) == 3 and not any(t.is_alive() for t in threads)  # pods, slices, claims
 
 
 # -- labels --
