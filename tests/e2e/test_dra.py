@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.sim.resourceslices import resource_claim
 from tests.procs import Exporter
 from tests.support.dranode import dra_node
-from tests.support.exposition import find
+from tests.support.exposition import find, samples
 from tests.support.fakeapi import FakeAPIServer
 from tests.support.fakekubelet import FakeKubelet, fleet_ids
 from tests.support.fakekubelet import load_pods as load_kubelet
@@ -212,3 +213,50 @@ def test_the_pods_allocated_resources_status_names_an_unhealthy_device(tmp_path)
         tuple(s.labels[k] for k in keys) for s in find(text, "gpu_exporter_pod_device_unhealthy")
     ]
     assert got == [("1", "13", "c", "lab", "mig-c", "pod_status", "Unhealthy")]
+
+
+CAPACITY_FLEET = """
+hostname: sim-node
+gpus:
+  - model: NVIDIA H100 80GB HBM3
+pods:
+  - {name: a, namespace: ml, container: c, devices: ["gpu:0"], claim: big}
+  - {name: b, namespace: lab, container: c, devices: ["gpu:0"], claim: small}
+"""
+
+
+def test_a_device_shared_by_consumable_capacity_is_split_by_it(tmp_path):
+    """KEP-5075: GPU 0 under two claims in two namespaces, consuming 40960 and 8192 MiB of
+    its memory: the exporter process (--simulate -k, the pod watch through KUBECONFIG)
+    charges each pod its claim's part of the GPU's time and leaves the rest unallocated."""
+    consumed = {("ml", "big"): 40960, ("lab", "small"): 8192}
+    claims = [
+        resource_claim(name, ns, "sim-node", "gpu-0", {"memory": f"{mib}Mi"})
+        for (ns, name), mib in consumed.items()
+    ]
+    capacity = 'basis="capacity"'
+    with dra_node(tmp_path, CAPACITY_FLEET, shared=("gpu-0",), claims=claims) as (exp, doc, _):
+        exp.wait_metrics(lambda t: capacity in t, 15, "a split by capacity")
+        first = _seconds(exp.metrics())
+        second = _seconds(exp.wait_metrics(lambda t: _seconds(t)["all"] > first["all"] + 2, 15))
+    memory = doc["spec"]["devices"][0]["capacity"]["memory"]["value"]
+    assert memory.endswith("Mi")
+    total = second["all"] - first["all"]
+    for (_, claim), mib in consumed.items():
+        pod = {"big": "a", "small": "b"}[claim]
+        got = (second[pod] - first[pod]) / total
+        assert got == pytest.approx(mib / float(memory[:-2]), rel=0.01), claim
+
+
+def _seconds(text: str) -> dict[str, float]:
+    """GPU 0's allocated seconds per pod, and its allocated plus unallocated ones ("all")."""
+    out = {"all": 0.0}
+    for s in samples(text):
+        if s.labels.get("gpu") != "0":
+            continue
+        if s.name == "gpu_exporter_allocated_gpu_seconds_total":
+            out[s.labels["pod"]] = out.get(s.labels["pod"], 0.0) + s.value
+            out["all"] += s.value
+        elif s.name == "gpu_exporter_unallocated_gpu_seconds_total":
+            out["all"] += s.value
+    return out

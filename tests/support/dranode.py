@@ -2,7 +2,8 @@
 
 The simulator's kubelet (``--simulate -k``) serves the fleet's claims; the fake API
 server serves the ResourceSlice the simulator builds for the fleet
-(exporter/sim/resourceslices.py), with the taints asked for.
+(exporter/sim/resourceslices.py), with the taints asked for, the devices shared by
+consumable capacity and the ResourceClaims given.
 """
 
 from __future__ import annotations
@@ -38,18 +39,22 @@ def dra_node(
     version: str = "v1",
     taints: Mapping[str, list[dict[str, str]]] | None = None,
     pods: list[dict[str, Any]] | None = None,
+    shared: tuple[str, ...] = (),
+    claims: list[dict[str, Any]] | None = None,
 ) -> Iterator[tuple[Exporter, dict[str, Any], Any]]:
     """(the running exporter, the ResourceSlice served, the simulated GPUs as the fleet
-    starts) for the fleet ``fleet_text``; ``pods``: the API server's pod objects."""
+    starts) for the fleet ``fleet_text``; ``pods`` and ``claims``: the API server's pod and
+    ResourceClaim objects; ``shared``: devices published with allowMultipleAllocations."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(fleet_text)
     driver = sim.install(fleet)
     try:
-        doc = resource_slice(driver.gpus, NODE, version, taints)
+        doc = resource_slice(driver.gpus, NODE, version, taints, shared)
         gpus = driver.gpus
     finally:
         sim.uninstall()
-    api = FakeAPIServer(pods=pods, slices=[doc], slice_versions=(version,)).start()
+    api = FakeAPIServer(pods=pods, slices=[doc], claims=claims, slice_versions=(version,))
+    api.start()
     env = {"KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", api.url))}
     exp = Exporter(
         "-c", "300", "-k", "--kubernetes-dra",
