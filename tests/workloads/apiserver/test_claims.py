@@ -131,3 +131,28 @@ def _wait(predicate, timeout: float = 10.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        None,
+        [],
+        {"metadata": "x", "status": []},
+        {"metadata": {"name": "c", "namespace": "ml"}, "status": {"allocation": {"devices": 3}}},
+        {
+            "metadata": {"name": "c", "namespace": "ml"},
+            "status": {"allocation": {"devices": {"results": [None, 1, {"consumedCapacity": 2}]}}},
+        },
+        {
+            "metadata": {"name": "c" * 300, "namespace": "ml"},
+            "status": {"allocation": {"devices": {"results": [{"consumedCapacity": {"m": "1"}}]}}},
+        },
+    ],
+)
+def test_a_malformed_claim_is_no_claim(obj):
+    index = ClaimIndex(Drops())
+    index.replace([obj])
+    index.event("ADDED", obj)
+    index.event("DELETED", obj)
+    assert len(index) == 0
