@@ -158,9 +158,9 @@ class Attribution:
         (none unaccounted while the kubelet's answer is not current)."""
         whose = self._whose if self.joinable else None
         pm = self.mapper.map
-        parts = claim_parts(pm.owners, self.watcher.claim_consumed, self._slice_device) if (
-            self.cfg.dra and self.watcher is not None
-        ) else {}  # fmt: skip
+        parts = {}  # devices several DRA claims share: split by consumed capacity
+        if self.cfg.dra and self.watcher is not None:
+            parts = claim_parts(pm.owners, self.watcher.claim_consumed, self._slice_device)
         return self._usage.uses(
             snap, pm, whose, not self.mapper.status, self.advertised.replicas, parts
         )
