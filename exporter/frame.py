@@ -65,13 +65,33 @@ class DeviceUse:
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """A container holding a device (through the device plugin or a DRA claim)."""
+    """A container holding a device (through the device plugin or a DRA claim).
+
+    A DRA claim's device is named by driver, pool and device name (the kubelet's
+    answer); ``mig_profile`` and ``mig_uuid`` are set when the ResourceSlice calls the
+    device a MIG device (``type: mig``), ``mig_uuid`` being the live instance's UUID."""
 
     namespace: str
     pod: str
     container: str
     claim: str = ""
     claim_namespace: str = ""
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+    mig_profile: str = ""
+    mig_uuid: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unhealthy:
+    """A container holding a device its DRA driver calls unhealthy: ``source`` "taint" (a
+    NoSchedule or NoExecute taint on the ResourceSlice device; ``reason`` its key=value)
+    or "pod_status" (KEP-4680's allocatedResourcesStatus; ``reason`` its health)."""
+
+    owner: Owner
+    source: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +143,15 @@ class Held:
     ``holders``: device key -> the one container holding it (None without -k);
     ``splits``: per-container shares of devices several hold; ``sharers`` (only with
     --kubernetes-virtual-gpus): device key -> the containers holding it, when several;
-    ``workloads``: HPC jobs and containers whose copies the series get.
+    ``workloads``: HPC jobs and containers whose copies the series get; ``unhealthy``:
+    device key -> the containers holding it while its DRA driver calls it unhealthy.
     """
 
     holders: Mapping[str, Holder] | None = None
     splits: tuple[Split, ...] = ()
     sharers: Mapping[str, tuple[Holder, ...]] | None = None
     workloads: Workloads | None = None
+    unhealthy: Mapping[str, tuple[Unhealthy, ...]] = field(default_factory=dict)
 
 
 # --- derived values (derive/) --------------------------------------------------------

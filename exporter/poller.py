@@ -314,7 +314,13 @@ class Poller:
         if attr is None:
             held = Held(workloads=workloads)
         else:
-            held = Held(attr.holders(), tuple(attr.splits(snap)), attr.sharers(), workloads)
+            held = Held(
+                attr.holders(),
+                tuple(attr.splits(snap)),
+                attr.sharers(),
+                workloads,
+                attr.unhealthy(),
+            )
             uses = None if group else attr.usage(snap)
             unknown = attr.unknown(snap.taken_at)
             windows = None if group else attr.windows()

@@ -70,7 +70,9 @@ HELP = {
     "the bound on holders was reached.",
     REPLICAS: "Replicas a time-sliced or MPS device's shares are over: those advertised "
     '(basis="advertised", GetAllocatableResources), else those its holders hold '
-    '(basis="held").',
+    '(basis="held"); on a DRA device several claims hold, the claims its shares are over '
+    '(basis="capacity": by consumed capacity; basis="even": equal parts, the capacity '
+    "not known).",
 }
 COUNTERS = (ALLOCATED, BUSY, IDLE, ENERGY, ACTIVITY_ENERGY)
 LEFT_OUT = frozenset({"pci_bus_id", "device"})  # and label fields (DCGM_FI_*)

@@ -178,13 +178,14 @@ class Builder:
         )
         parts, n = dcgm.render(catalog, fr, self._reuse)
         shared, m = pods.shared_families(splits, self.device_text)
-        self.dcgm_parts = [*parts, shared.encode()]
+        sick, k = pods.unhealthy_family(held.unhealthy, devices, self.device_text)
+        self.dcgm_parts = [*parts, shared.encode(), sick.encode()]
         if frame.accounts is not self._accounts:  # a group read keeps the cycle's accounts
             acct = frame.accounts
             body = self.account_text.families(acct)[0] if acct is not None else ""
             self.accounting_part = body.encode()
             self._accounts = acct
-        return n + m
+        return n + m + k
 
     @property
     def dcgm_text(self) -> str:

@@ -10,15 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from exporter.exposition import text
-from exporter.frame import Holder, Owner, Split
+from exporter.frame import Holder, Owner, Split, Unhealthy
+from exporter.nvml.devices import Device
 
 CACHE_MAX = 4096  # holders whose label text is kept; past it the cache starts over
 
 FB = "gpu_exporter_container_fb_used_bytes"
 SM = "gpu_exporter_container_sm_util_ratio"
+UNHEALTHY = "gpu_exporter_pod_device_unhealthy"
 HELP = {
     FB: "Framebuffer used by the container's processes on a shared GPU or MIG instance (bytes).",
     SM: "SM utilization of the container's processes on a shared GPU (ratio 0-1 of the GPU).",
+    UNHEALTHY: "1: the container holds a GPU or MIG instance its DRA driver calls unhealthy "
+    "(source: taint, a NoSchedule/NoExecute ResourceSlice device taint; pod_status, "
+    "the pod's allocatedResourcesStatus).",
 }
 MIB = 1024 * 1024  # the shares come in MiB and percent, as the DCGM copies need them
 
@@ -31,9 +36,25 @@ def holder_pairs(h: Holder) -> list[tuple[str, str]]:
         pairs.append(("pod_uid", h.pod_uid))
     if h.vgpu:
         pairs.append(("vgpu", h.vgpu))
-    if o.claim:
-        pairs += [("claim_name", o.claim), ("claim_namespace", o.claim_namespace)]
+    pairs += dra_pairs(o)
     pairs.extend(h.labels)
+    return pairs
+
+
+def dra_pairs(o: Owner) -> list[tuple[str, str]]:
+    """dcgm-exporter's DRA labels of a container holding its device through a claim: the
+    claim and the device's driver, pool and name; its MIG profile and UUID on a MIG device."""
+    if not o.claim:
+        return []
+    pairs = [
+        ("dra_claim_name", o.claim),
+        ("dra_claim_namespace", o.claim_namespace),
+        ("dra_driver_name", o.driver),
+        ("dra_pool_name", o.pool),
+        ("dra_device_name", o.device),
+    ]
+    if o.mig_profile or o.mig_uuid:
+        pairs += [("dra_mig_profile", o.mig_profile), ("dra_mig_device_uuid", o.mig_uuid)]
     return pairs
 
 
@@ -87,3 +108,23 @@ def shared_families(splits: Iterable[Split], device_text: Callable[..., str]) ->
             lines[SM].append(text.sample(SM, f"{dev},{_owner_text(o)}", repr(round(v / 100, 5))))
     out = [text.family(name, HELP[name], "gauge", ls) for name, ls in lines.items()]
     return "".join(out), len(lines[FB]) + len(lines[SM])
+
+
+def unhealthy_family(
+    unhealthy: Mapping[str, tuple[Unhealthy, ...]],
+    devices: Iterable[Device],
+    device_text: Callable[..., str],
+) -> tuple[str, int]:
+    """Text and series count of the family of containers on devices their DRA driver
+    calls unhealthy (one series per container, device, source and reason)."""
+    if not unhealthy:
+        return "", 0
+    lines = []
+    for d in {d.key: d for d in devices}.values():  # whole GPUs are among the entities too
+        for u in unhealthy.get(d.key, ()):
+            o = u.owner
+            pairs = [*dra_pairs(o), ("source", u.source), ("reason", u.reason)]
+            lines.append(
+                text.sample(UNHEALTHY, f"{device_text(d)},{_owner_text(o)},{text.join(pairs)}", "1")
+            )
+    return text.family(UNHEALTHY, HELP[UNHEALTHY], "gauge", lines), len(lines)

@@ -51,6 +51,7 @@ class Device:
     profile: str = ""
     slices: int = 0  # MIG: compute slices of the instance (from its attributes, not its name)
     gpu_slices: int = 0  # MIG: compute slices of the whole GPU (its largest GPU instance profile)
+    placement: int | None = None  # MIG: the GPU instance's first memory slice, None if unknown
 
     @property
     def is_mig(self) -> bool:
@@ -262,9 +263,20 @@ class Enumerator:
             profile,
             slices,
             self._slices_of(gpu),
+            self._placement(gpu, gi),
         )
         self._mig[key] = dev
         return dev
+
+    def _placement(self, gpu: Device, gi: int) -> int | None:
+        """The first memory slice of GPU instance ``gi`` (NVML's placement start, which
+        NVIDIA's DRA driver writes into a MIG device's name), asked once per instance."""
+        try:
+            handle = self.session.run("nvmlDeviceGetGpuInstanceById", gpu.handle, gi)
+            return int(self.session.run("nvmlGpuInstanceGetInfo", handle).placement.start)
+        except (Unavailable, CallFailed) as e:
+            log.debug("GPU %d instance %d: no placement (%s)", gpu.index, gi, e)
+            return None
 
     def _slices_of(self, gpu: Device) -> int:
         """Compute slices of a whole GPU: the most any GPU instance profile it supports has

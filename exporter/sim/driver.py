@@ -84,7 +84,8 @@ class SimDriver:
         """The fleet's pods running at sim time ``t`` (default now), as pod-resources
         ``List`` entries with the devices' current IDs (exporter/sim/pods.py)."""
         with self.lock:
-            return pods.running(self.fleet.pods, self.gpus, self.now() if t is None else t)
+            now = self.now() if t is None else t
+            return pods.running(self.fleet.pods, self.gpus, now, self.fleet.hostname)
 
     def epoch_us(self, t: float) -> int:
         """Sim time t as wall-clock microseconds (NVML timestamps)."""

@@ -277,3 +277,31 @@ def gpu_instance_profile_info_v(
     if out(info_ref).version != pynvml.nvmlGpuInstanceProfileInfo_v2:
         return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
     return _profile_info(drv, dev, profile, info_ref)
+
+
+@calls.device("nvmlDeviceGetGpuInstanceById")
+def gpu_instance_by_id(drv: DriverView, gpu: GpuState, now: float, gi: Any, ref: Any) -> int:
+    """A GPU instance's handle: here the handle of its (first) MIG device, which
+    nvmlGpuInstanceGetInfo takes."""
+    if not gpu.model.mig_capable:
+        return NOT_SUPPORTED
+    if not gpu.mig_enabled:
+        return INVALID_ARGUMENT
+    found = [m for m in gpu.migs if m.gi == value(gi)]
+    if not found:
+        return NOT_FOUND
+    return put_handle(ref, min(found, key=lambda m: m.ci))
+
+
+@calls.device("nvmlGpuInstanceGetInfo", mig=True)
+def gpu_instance_info(drv: DriverView, dev: Device, now: float, info_ref: Any) -> int:
+    """The GPU instance's id, profile id and placement (memory slices start and size)."""
+    if not isinstance(dev, MigState):
+        return INVALID_ARGUMENT
+    info, s = out(info_ref), dev.spec
+    ctypes.memmove(
+        ctypes.addressof(info) + type(info).device.offset, dev.parent.key, len(dev.parent.key)
+    )
+    info.id, info.profileId = s.gi, s.profile.id
+    info.placement.start, info.placement.size = s.start, s.profile.memory_slices
+    return OK

@@ -26,8 +26,8 @@ UNIMPLEMENTED = b"12"
 
 
 def response(pods: Iterable[Mapping[str, Any]]) -> Any:
-    """``pods`` (SimDriver.pods entries: name, namespace, containers with their devices) as
-    a ``v1.ListPodResourcesResponse``."""
+    """``pods`` (SimDriver.pods entries: name, namespace, containers with their devices and
+    DRA claims) as a ``v1.ListPodResourcesResponse``."""
     from exporter.workloads.kubelet.generated import podresources_pb2 as pb
 
     resp = pb.ListPodResourcesResponse()
@@ -37,6 +37,14 @@ def response(pods: Iterable[Mapping[str, Any]]) -> Any:
             cont = pod.containers.add(name=c["name"])
             for d in c.get("devices", ()):
                 cont.devices.add(resource_name=d["resource_name"], device_ids=d["device_ids"])
+            for claim in c.get("claims", ()):
+                dr = cont.dynamic_resources.add(
+                    claim_name=claim["name"], claim_namespace=claim["namespace"]
+                )
+                for d in claim["devices"]:
+                    dr.claim_resources.add(
+                        driver_name=d["driver"], pool_name=d["pool"], device_name=d["device"]
+                    )
     return resp
 
 

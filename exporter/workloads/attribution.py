@@ -20,11 +20,21 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.config.model import KubeConfig
-from exporter.frame import DeviceUse, Holder, HolderKey, KubeStatus, Owner, Split, Window
+from exporter.frame import (
+    DeviceUse,
+    Holder,
+    HolderKey,
+    KubeStatus,
+    Owner,
+    Split,
+    Unhealthy,
+    Window,
+)
 from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.advertised import AdvertisedReplicas
+from exporter.workloads.capacity import claim_parts
 from exporter.workloads.cgroups import ContainerRef, container_of
 from exporter.workloads.kubelet.podresources import PodResourcesClient
 from exporter.workloads.limits import Drops
@@ -190,13 +200,37 @@ class Attribution:
         """Holders and unaccounted processes of every device of ``snap``, for accounting
         (none unaccounted while the kubelet's answer is not current)."""
         whose = self._whose if self.joinable else None
+        pm = self.mapper.map
+        parts = {}  # devices several DRA claims share: split by consumed capacity
+        if self.cfg.dra and self.watcher is not None:
+            parts = claim_parts(pm.owners, self.watcher.claim_consumed, self._slice_device)
         return self._usage.uses(
-            snap, self.mapper.map, whose, not self.mapper.status, self.advertised.replicas
+            snap, pm, whose, not self.mapper.status, self.advertised.replicas, parts
         )
 
     def holders(self) -> Mapping[str, Holder]:
         """The container holding each device that exactly one container holds."""
         return self._holders
+
+    def unhealthy(self) -> Mapping[str, tuple[Unhealthy, ...]]:
+        """The containers holding each device their DRA driver calls unhealthy: by a
+        ResourceSlice taint (the mapper), or by their pod's allocatedResourcesStatus, whose
+        entry names the claim (``claim:<claim>/<request>``) and the device
+        (``<driver>/<pool>/<device>``)."""
+        pm = self.mapper.map
+        if self.watcher is None:
+            return pm.unhealthy
+        out = {k: list(v) for k, v in pm.unhealthy.items()}
+        for key, owners in pm.owners.items():
+            for o in owners:
+                info = self.watcher.pod_by_name(o.namespace, o.pod) if o.claim else None
+                device = f"{o.driver}/{o.pool}/{o.device}"
+                for container, resource, rid in info.unhealthy if info is not None else ():
+                    if (container, rid) == (o.container, device) and resource.startswith(
+                        f"claim:{o.claim}/"
+                    ):
+                        out.setdefault(key, []).append(Unhealthy(o, "pod_status", "Unhealthy"))
+        return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
     def sharers(self) -> Mapping[str, tuple[Holder, ...]]:
         """With --kubernetes-virtual-gpus, the containers holding each device that several

@@ -102,3 +102,11 @@ class Resolver:
         apart by what the claim says)."""
         found = self._profiles.get((parent_uuid, profile), [])
         return found[0].key if len(found) == 1 else None
+
+    def by_placement(self, parent_uuid: str, profile: str, start: int) -> str | None:
+        """The MIG instance of this profile whose GPU instance starts at memory slice
+        ``start`` on this parent GPU (NVML's placement, which NVIDIA's DRA driver writes
+        into the device's name); None when there is none, or several (compute instances
+        of one GPU instance)."""
+        found = [m for m in self._profiles.get((parent_uuid, profile), []) if m.placement == start]
+        return found[0].key if len(found) == 1 else None

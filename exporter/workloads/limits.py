@@ -83,6 +83,10 @@ MAX_SLICES = 512
 MAX_SLICE_DEVICES = 4096
 """Devices of all ResourceSlices kept; later ones are dropped."""
 
+MAX_CLAIMS = 4096
+"""ResourceClaims kept whose devices are shared by consumable capacity (apiserver/claims.py;
+the watch is cluster-wide, claims of other nodes included); later ones are dropped."""
+
 
 class Drops:
     """Thread-safe counts of inputs dropped at a bound, by input name."""

@@ -23,17 +23,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from exporter.frame import Owner
+from exporter.frame import Owner, Unhealthy
 from exporter.nvml.devices import Device
 from exporter.runtime.ratelimit import RateLimitedLog
-from exporter.workloads import ids, limits
+from exporter.workloads import dra, ids, limits
 from exporter.workloads.kubelet.podresources import KubeletUnavailable, PodResourcesClient, parse
 from exporter.workloads.limits import Drops
 
 log = logging.getLogger(__name__)
 
 NVIDIA_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
-DRA_DRIVER = "gpu.nvidia.com"
 MAX_BACKOFF_S = 60.0
 GRACE_S = 30.0  # a kubelet restart removes its socket for a moment: keep labels that long
 LOGGED_MAX = 1024  # unmatched IDs remembered as logged; MIG churn makes new ones forever
@@ -51,6 +50,11 @@ class PodMap:
         default_factory=lambda: MappingProxyType({})
     )
 
+    # device key -> the containers holding it while its DRA driver taints it unhealthy
+    unhealthy: Mapping[str, tuple[Unhealthy, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
     @property
     def shared(self) -> frozenset[str]:
         return frozenset(k for k, v in self.owners.items() if len(v) > 1)
@@ -64,6 +68,7 @@ class _Tally:
     unmatched: Counter[str] = field(default_factory=Counter)
     drops: Counter[str] = field(default_factory=Counter)
     wanted: dict[str, bool] = field(default_factory=dict)  # at most MAX_RESOURCE_NAMES
+    unhealthy: dict[str, list[Unhealthy]] = field(default_factory=dict)
 
 
 class Mapper:
@@ -258,7 +263,9 @@ class Mapper:
         reps = {
             k: MappingProxyType({o: tuple(r) for o, r in v.items()}) for k, v in replicas.items()
         }
-        return PodMap(MappingProxyType(frozen), MappingProxyType(reps)), tally
+        sick = {k: tuple(dict.fromkeys(v)) for k, v in tally.unhealthy.items()}
+        pm = PodMap(MappingProxyType(frozen), MappingProxyType(reps), MappingProxyType(sick))
+        return pm, tally
 
     def _wanted(self, resource: str, tally: _Tally) -> bool:
         known = tally.wanted.get(resource)
@@ -279,16 +286,22 @@ class Mapper:
         tally: _Tally,
     ) -> None:
         for dr in c.dynamic_resources:
-            if len(dr.claim_name) > limits.MAX_NAME_CHARS:
+            if max(len(dr.claim_name), len(dr.claim_namespace)) > limits.MAX_NAME_CHARS:
                 tally.drops["kubelet_names"] += 1
                 continue
             for cr in dr.claim_resources:
-                if cr.driver_name != DRA_DRIVER:
+                if cr.driver_name != dra.DRIVER:
                     continue
-                key = self._dra_key(resolver, cr, tally)
+                if max(len(cr.pool_name), len(cr.device_name)) > limits.MAX_NAME_CHARS:
+                    tally.drops["kubelet_names"] += 1
+                    continue
+                key, dev = self._dra_key(resolver, cr, tally)
                 if key is not None:
-                    o = Owner(pod.namespace, pod.name, c.name, dr.claim_name, dr.claim_namespace)
+                    o = dra.claim_owner(Owner(pod.namespace, pod.name, c.name), dr, cr, key, dev)
                     owners.setdefault(key, []).append(o)
+                    sick = [Unhealthy(o, "taint", r) for r in dra.unhealthy_taints(dev)]
+                    if sick:
+                        tally.unhealthy.setdefault(key, []).extend(sick)
 
     def _resolve(
         self, resolver: ids.Resolver, resource: str, device_id: str, tally: _Tally
@@ -315,7 +328,8 @@ class Mapper:
             self._logged.clear()
         self._logged.add(device_id[: limits.MAX_DEVICE_ID_CHARS])
 
-    def _dra_key(self, resolver: ids.Resolver, cr: Any, tally: _Tally) -> str | None:
+    def _dra_key(self, resolver: ids.Resolver, cr: Any, tally: _Tally) -> tuple[str | None, Any]:
+        """The device key of a claim's device, and its ResourceSlice device (or None)."""
         self._used_slices = True  # slices change without the kubelet's answer changing
         dev = (
             self.slice_device(cr.driver_name, cr.pool_name, cr.device_name)
@@ -324,21 +338,20 @@ class Mapper:
         )
         resource = "dra:" + cr.driver_name
         if dev is not None and dev.uuid:
-            return self._resolve(resolver, resource, dev.uuid, tally)
-        # dynamic MIG: the instance was made at allocation; the slice names its parent
-        key = resolver.by_profile(dev.parent_uuid, dev.profile) if dev is not None else None
+            return self._resolve(resolver, resource, dev.uuid, tally), dev
+        key, why = dra.dynamic_mig(resolver, dev)
         if key is not None:
-            return key
+            return key, dev
         tally.unmatched[resource] += 1
         name = f"{cr.pool_name}/{cr.device_name}"
         if name not in self._logged:
             self._remember(name)
             self._warn.warning(
-                "DRA device %s matches no GPU or MIG instance (no ResourceSlice with a "
-                "UUID, or a parent GPU and profile, yet)",
+                "DRA device %s matches no GPU or MIG instance (%s); left unattributed",
                 _short(name),
+                why,
             )
-        return None
+        return None, dev
 
 
 def _note_replica(

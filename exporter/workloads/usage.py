@@ -22,6 +22,7 @@ from exporter.nvml.fields import MIB
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot, Value
 from exporter.workloads.advertised import Advertised
+from exporter.workloads.capacity import Parts
 from exporter.workloads.mapper import PodMap
 
 FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB; whether a device no one holds has memory in use
@@ -62,6 +63,7 @@ def wants_processes(
 
 NOBODY = DeviceUse()
 _NO_ADS: Advertised = {}
+_NO_PARTS: Mapping[str, Parts] = {}
 
 
 class Usage:
@@ -82,10 +84,12 @@ class Usage:
         whose: Whose | None,
         trusted: bool = True,
         advertised: Advertised = _NO_ADS,
+        parts: Mapping[str, Parts] = _NO_PARTS,
     ) -> dict[str, DeviceUse]:
         """Claims and unaccounted use of every device of ``snap``. ``whose`` joins a host
         PID to its container; None when processes cannot be joined (no API server).
         ``advertised``: the replica IDs advertised per device (workloads/advertised.py).
+        ``parts``: the holders' parts of devices several DRA claims hold (capacity.py).
         While the map is not ``trusted`` (wants_processes), a device keeps what its last
         use found (its unaccounted processes included), and nothing new is unaccounted."""
         if not trusted:
@@ -96,10 +100,10 @@ class Usage:
             key = dev.key
             procs = snap.processes.get(key)
             holders = podmap.owners.get(key, ())
-            reps = (podmap.replicas.get(key), advertised.get(key))
+            reps = (podmap.replicas.get(key), advertised.get(key), parts.get(key))
             last = self._kept.get(key)
             if procs is not None and trusted:
-                got = _use(key, podmap, procs, whose, reps[1], _used(snap, key))
+                got = _use(key, podmap, procs, whose, reps[1], _used(snap, key), reps[2])
                 # read in turn (one holder, with the join): kept till the next turn; the
                 # others are read whenever it matters, and kept for a kubelet outage only
                 kept[key] = (holders, reps, got, whose is not None and len(holders) == 1)
@@ -114,7 +118,7 @@ class Usage:
                 got = last[2]
                 kept[key] = last
             else:
-                got = _use(key, podmap, procs if holders else None, whose, reps[1])
+                got = _use(key, podmap, procs if holders else None, whose, reps[1], None, reps[2])
                 kept[key] = (holders, reps, got, True)
             out[key] = got
         self._kept = kept
@@ -152,6 +156,7 @@ def _use(
     whose: Whose | None,
     advertised: frozenset[str] | None = None,
     used_mib: Value | None = None,
+    parts: Parts | None = None,
 ) -> DeviceUse:
     holders = podmap.owners.get(key, ())
     if not holders:
@@ -162,7 +167,7 @@ def _use(
             # holds the device, so all the memory in use on it is theirs
             return DeviceUse((), float(used_mib) * MIB, len(procs))
         return DeviceUse((), _bytes(procs), len(procs))
-    return _held(holders, podmap.replicas.get(key, {}), procs, whose, advertised)
+    return _held(holders, podmap.replicas.get(key, {}), procs, whose, advertised, parts)
 
 
 def shares(
@@ -195,10 +200,12 @@ def _held(
     procs: tuple[ProcUse, ...] | None,
     whose: Whose | None,
     advertised: frozenset[str] | None = None,
+    by_claim: Parts | None = None,
 ) -> DeviceUse:
-    """A held device: each holder's share and, where processes were joined, its SM
-    utilization and whether it ran anything; the processes of no holder."""
-    parts, replicas, basis = shares(holders, reps, advertised)
+    """A held device: each holder's share (``by_claim``: from its DRA claim's consumed
+    capacity) and, where processes were joined, its SM utilization and whether it ran
+    anything; the processes of no holder."""
+    parts, replicas, basis = by_claim or shares(holders, reps, advertised)
     if procs is None or whose is None:
         running = None if procs is None else bool(procs)
         sole = len(holders) == 1

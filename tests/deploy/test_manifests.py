@@ -229,6 +229,7 @@ def test_rbac_is_read_only_and_limited_to_what_is_enabled(target):
     expected = {("", "pods"): ("list", "watch")}
     if _has(name, "dra"):
         expected[("resource.k8s.io", "resourceslices")] = ("list", "watch")
+        expected[("resource.k8s.io", "resourceclaims")] = ("list", "watch")
     assert granted == expected
     binding = _named(objs, "ClusterRoleBinding", "gpu-exporter")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

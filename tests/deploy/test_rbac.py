@@ -53,7 +53,7 @@ def recorded_calls(dra: bool) -> set[tuple[str, str, str]]:
         w = PodWatcher("node-a", api_client=client, dra=dra, timing=FAST)
         w.start()
         try:
-            watches = 2 if dra else 1
+            watches = 3 if dra else 1  # pods; ResourceSlices and ResourceClaims
             wait(
                 lambda: (
                     w.synced and sum(q.get("watch") == "true" for _, q in api.requests) >= watches
@@ -111,10 +111,12 @@ def test_the_mapping_of_requests_to_verbs():
     assert verb_of("GET", "/apis/resource.k8s.io", {}) is None
 
 
-def test_the_pod_watch_lists_and_watches_resourceslices_with_dra(calls):
+def test_the_pod_watch_lists_and_watches_resourceslices_and_claims_with_dra(calls):
     assert calls["dra"] - calls["base"] == {
         ("resource.k8s.io", "resourceslices", "list"),
         ("resource.k8s.io", "resourceslices", "watch"),
+        ("resource.k8s.io", "resourceclaims", "list"),
+        ("resource.k8s.io", "resourceclaims", "watch"),
     }
 
 

@@ -198,14 +198,33 @@ def test_hostile_labels_cannot_forge_series():
 
 def test_one_holder_adds_pod_labels_in_dcgm_order():
     g = gpu(0)
-    h = Holder(Owner("ns", "p", "c", "claim", "cns"), "uid-1", (("label_app", "a"),))
+    h = Holder(Owner("ns", "p", "c"), "uid-1", (("label_app", "a"),))
     body, _ = dcgm_text(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), {g.key: h})
     line = next(x for x in body.splitlines() if x.startswith("DCGM_FI_DEV_GPU_TEMP{"))
     tail = line.split('Hostname="node",', 1)[1]
-    assert tail == (
-        'pod="p",namespace="ns",container="c",pod_uid="uid-1",claim_name="claim",'
-        'claim_namespace="cns",label_app="a"} 40'
-    )
+    assert tail == 'pod="p",namespace="ns",container="c",pod_uid="uid-1",label_app="a"} 40'
+
+
+@pytest.mark.parametrize("mig", [False, True])
+def test_a_dra_holder_adds_dcgm_exporters_dra_labels(mig):
+    """dcgm-exporter's seven DRA labels (transformation/const.go): the claim, the device's
+    driver, pool and name; the MIG profile and MIG UUID only on a MIG device."""
+    g = gpu(0)
+    extra = ("1g.10gb", "MIG-1") if mig else ()
+    o = Owner("ns", "p", "c", "claim", "cns", "gpu.nvidia.com", "node", "gpu-0", *extra)
+    body, _ = dcgm_text(snap([g], values={g.key: {"DCGM_FI_DEV_GPU_TEMP": 40}}), {g.key: Holder(o)})
+    temp = next(x for x in samples(body) if x.name == "DCGM_FI_DEV_GPU_TEMP")
+    dra = {k: v for k, v in temp.labels.items() if k.startswith("dra_")}
+    want = {
+        "dra_claim_name": "claim",
+        "dra_claim_namespace": "cns",
+        "dra_driver_name": "gpu.nvidia.com",
+        "dra_pool_name": "node",
+        "dra_device_name": "gpu-0",
+    }
+    if mig:
+        want |= {"dra_mig_profile": "1g.10gb", "dra_mig_device_uuid": "MIG-1"}
+    assert dra == want and "claim_name" not in temp.labels
 
 
 def test_each_row_of_the_metrics_file_is_one_family(tmp_path: Path):

@@ -62,6 +62,22 @@ def test_explicit_indexes_leave_gaps_in_the_middle(install):
     assert found == {0: ("4g.40gb", 1, 0), 3: ("1g.10gb", 13, 0), 6: ("2g.20gb", 5, 0)}
 
 
+def test_gpu_instances_report_their_placement(default):
+    """nvmlDeviceGetGpuInstanceById + nvmlGpuInstanceGetInfo: id, profile id and memory
+    slices of each GPU instance of GPU 7 (3g.40gb on slices 4-7, 2g.20gb on 2-3, 1g.10gb
+    on 0 and 1: NVML's binary split, exporter/sim/mig.py)."""
+    parent = handle(7)
+    got = []
+    for gi in (2, 4, 7, 8):
+        info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(parent, gi))
+        got.append((info.id, info.profileId, info.placement.start, info.placement.size))
+    assert got == [(2, 9, 4, 4), (4, 14, 2, 2), (7, 19, 0, 1), (8, 19, 1, 1)]
+    with pytest.raises(pynvml.NVMLError_NotFound):
+        pynvml.nvmlDeviceGetGpuInstanceById(parent, 3)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetGpuInstanceById(handle(0), 1)  # MIG off
+
+
 def test_parent_and_handle_kind(default):
     parent = handle(7)
     mig = mig_handles(parent)[0]

@@ -2,7 +2,8 @@
 
 Serves, on 127.0.0.1, from fixture objects:
 
-- ``GET /api/v1/pods`` and ``GET /apis/resource.k8s.io/<version>/resourceslices``:
+- ``GET /api/v1/pods`` and ``GET /apis/resource.k8s.io/<version>/resourceslices`` (and
+  ``.../resourceclaims``, every namespace's):
   lists (``{"kind": "PodList", "metadata": {"resourceVersion": ...}, "items": [...]}``)
   and, with ``?watch=1``, watches: a chunked, newline-delimited JSON stream of
   ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}`` from
@@ -44,7 +45,9 @@ GROUP = "resource.k8s.io"
 SELECTABLE = {
     "pods": {"metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"},
     "resourceslices": {"metadata.name", "spec.nodeName", "spec.driver"},
+    "resourceclaims": {"metadata.name", "metadata.namespace"},
 }
+KINDS = {"ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims"}
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -80,6 +83,7 @@ class FakeAPIServer:
         pods: list[dict[str, Any]] | None = None,
         slices: list[dict[str, Any]] | None = None,
         *,
+        claims: list[dict[str, Any]] | None = None,
         slice_versions: tuple[str, ...] = ("v1",),
         gone_as: str = "status",
         port: int | None = None,
@@ -96,10 +100,12 @@ class FakeAPIServer:
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {
             "pods": {},
             "resourceslices": {},
+            "resourceclaims": {},
         }
         self._events: dict[str, list[tuple[int, str, dict[str, Any]]]] = {
             "pods": [],
             "resourceslices": [],
+            "resourceclaims": [],
         }
         self._break_gen = 0
         self._bookmark_gen = 0
@@ -112,6 +118,8 @@ class FakeAPIServer:
             self._put("pods", obj, event=False)
         for obj in slices or ():
             self._put("resourceslices", obj, event=False)
+        for obj in claims or ():
+            self._put("resourceclaims", obj, event=False)
 
     # -- lifecycle --
 
@@ -257,11 +265,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._collection("pods", "v1", "Pod", query)
         elif parts == ["apis", GROUP]:
             self._discovery()
-        elif parts[:2] == ["apis", GROUP] and parts[3:] == ["resourceslices"]:
+        elif parts[:2] == ["apis", GROUP] and parts[3:] in (["resourceslices"], ["resourceclaims"]):
             if parts[2] not in self.fake.slice_versions:
                 self._status(HTTPStatus.NOT_FOUND, "NotFound", "the server could not find it")
             else:
-                self._collection("resourceslices", f"{GROUP}/{parts[2]}", "ResourceSlice", query)
+                kind = "ResourceSlice" if parts[3] == "resourceslices" else "ResourceClaim"
+                self._collection(parts[3], f"{GROUP}/{parts[2]}", kind, query)
         else:
             self._status(HTTPStatus.NOT_FOUND, "NotFound", "the server could not find it")
 
@@ -388,7 +397,7 @@ def _status_object(code: int, reason: str, message: str) -> dict[str, Any]:
 
 
 def _resource(obj: dict[str, Any]) -> str:
-    return "resourceslices" if obj.get("kind") == "ResourceSlice" else "pods"
+    return KINDS.get(obj.get("kind", ""), "pods")
 
 
 def _key(obj: dict[str, Any]) -> tuple[str, str]:
@@ -429,8 +438,12 @@ def _serve(obj: dict[str, Any], api_version: str, in_list: bool = False) -> dict
         for dev in obj.get("spec", {}).get("devices", []):
             if beta1 and "basic" not in dev:
                 dev["basic"] = {k: dev.pop(k) for k in ("attributes", "capacity") if k in dev}
+                for k in ("taints", "allowMultipleAllocations"):  # not in v1beta1
+                    dev.pop(k, None)
             elif not beta1 and "basic" in dev:
                 dev.update(dev.pop("basic"))
+        obj["apiVersion"] = api_version
+    elif obj.get("kind") == "ResourceClaim":
         obj["apiVersion"] = api_version
     if in_list:
         obj.pop("kind", None)

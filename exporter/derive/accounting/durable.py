@@ -90,7 +90,9 @@ def _holder_row(h: Holder | None) -> list[Any] | None:
         return None
     o = h.owner
     pairs = [list(p) for p in h.labels]
-    return [o.namespace, o.pod, o.container, o.claim, o.claim_namespace, h.pod_uid, pairs, h.vgpu]
+    dra = [o.driver, o.pool, o.device, o.mig_profile, o.mig_uuid]
+    names = [o.namespace, o.pod, o.container, o.claim, o.claim_namespace]
+    return [*names, h.pod_uid, pairs, h.vgpu, dra]
 
 
 def _xid(row: Any, i: int) -> tuple[Ident, int, Holder | None, int]:
@@ -102,10 +104,12 @@ def _xid(row: Any, i: int) -> tuple[Ident, int, Holder | None, int]:
     h = row[4]
     holder = None
     if h is not None:
-        if not isinstance(h, list) or len(h) != 8:
-            raise Unusable(f"{where} holder is not a list of 8")
+        # 8 items before the DRA device's names (driver, pool, device, MIG profile, UUID)
+        if not isinstance(h, list) or len(h) not in (8, 9):
+            raise Unusable(f"{where} holder is not a list of 8 or 9")
         names = [text(v, where) for v in (*h[:6], h[7])]
-        owner = Owner(*names[:5])
+        dra = [text(v, where) for v in items(h[8], where)][:5] if len(h) == 9 else []
+        owner = Owner(*names[:5], *dra)
         holder = Holder(owner, names[5], _labels(h[6], where), names[6])
     return at, int(number(row[3], where)), holder, int(number(row[5], where))
 

@@ -31,7 +31,9 @@ RESERVED_LABELS = frozenset(
         "DCGM_FI_SYSTEM_DRIVER_VERSION", "err_code", "err_msg",
         "peer_gpu", "link_status", "resource",
         # pod attribution
-        "pod", "namespace", "container", "pod_uid", "claim_name", "claim_namespace",
+        "pod", "namespace", "container", "pod_uid", "dra_claim_name", "dra_claim_namespace",
+        "dra_driver_name", "dra_pool_name", "dra_device_name", "dra_mig_profile",
+        "dra_mig_device_uuid",
         # set by Prometheus on every target, or with a meaning of their own
         "job", "instance", "le", "quantile",
     }
@@ -56,6 +58,9 @@ class PodInfo:
     times: Mapping[str, tuple[float | None, float | None]] = field(
         default_factory=lambda: _NO_TIMES
     )
+    # (container, resource name, resource ID) of each allocated resource KEP-4680's
+    # allocatedResourcesStatus reports Unhealthy (DRA: claim:<claim>/<request>)
+    unhealthy: tuple[tuple[str, str, str], ...] = ()
 
 
 def sanitize_label_name(name: str) -> str:
@@ -241,13 +246,15 @@ class PodIndex:
             self.drops.add("pod_invalid")
             return None
         status = obj.get("status")
+        status = status if isinstance(status, Mapping) else {}
         return PodInfo(
             uid=uid,
             name=name,
             namespace=namespace,
-            containers=_containers(status if isinstance(status, Mapping) else {}, self.drops),
+            containers=_containers(status, self.drops),
             labels=self.policy.select(meta.get("labels") or {}, self.drops),
-            times=_times(status if isinstance(status, Mapping) else {}),
+            times=_times(status),
+            unhealthy=_unhealthy(status),
         )
 
     def replace(self, items: Iterable[Any]) -> None:
@@ -294,6 +301,33 @@ class PodIndex:
                 by_uid[mirror] = p
                 self._mirrors[key] = mirror
         self._pods = (by_uid, by_name)
+
+
+MAX_UNHEALTHY = 64  # unhealthy resources kept per pod
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _unhealthy(status: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """(container, resource name, resource ID) of each resource a container's
+    allocatedResourcesStatus (KEP-4680) reports ``Unhealthy``, the first MAX_UNHEALTHY."""
+    out: list[tuple[str, str, str]] = []
+    for cs in _list(status.get("containerStatuses")) + _list(status.get("initContainerStatuses")):
+        if not isinstance(cs, Mapping):
+            continue
+        for rs in _list(cs.get("allocatedResourcesStatus")):
+            for r in _list(rs.get("resources")) if isinstance(rs, Mapping) else ():
+                if isinstance(r, Mapping) and r.get("health") == "Unhealthy":
+                    names = (
+                        _name(cs.get("name")),
+                        _name(rs.get("name")),
+                        _name(r.get("resourceID")),
+                    )
+                    if None not in names and len(out) < MAX_UNHEALTHY:
+                        out.append(names)  # type: ignore[arg-type]
+    return tuple(out)
 
 
 def _mirror(obj: Mapping[str, Any]) -> str | None:

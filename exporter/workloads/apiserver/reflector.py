@@ -288,7 +288,10 @@ def _describe(e: BaseException) -> str:
         if detail:
             msg += f": {detail}"
         if e.status in (401, 403):
-            msg += " (needs get, list and watch on pods, and on resourceslices with DRA)"
+            msg += (
+                " (needs get, list and watch on pods, and with DRA on resourceslices"
+                " and resourceclaims)"
+            )
         return msg[:300]
     if isinstance(e, KubeConfigError):
         return str(e)[:600]  # both attempts, each naming its input and what to do

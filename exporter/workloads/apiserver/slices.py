@@ -8,14 +8,20 @@ profile. The number of slices and devices kept is bounded (limits.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from exporter.workloads import limits
+from exporter.workloads.apiserver.claims import capacities
 from exporter.workloads.limits import Drops
 
 Slice = tuple[str, str, int, tuple["SliceDevice", ...]]  # driver, pool, generation, devices
+# NVIDIA's DRA driver names a MIG device gpu-<minor>-mig-<profile>-<profile id>-<placement
+# start> (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/mig.go, ToCanonicalName)
+MIG_NAME = re.compile(r"gpu-(\d{1,4})-mig-(.+)-(\d{1,4})-(\d{1,4})")
+MAX_TAINTS = 16  # taints kept per device (KEP-5055 allows 4 per device; drivers add their own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +35,10 @@ class SliceDevice:
     uuid: str
     parent_uuid: str
     profile: str
+    placement: int | None = None  # a MIG device's first memory slice, from its name
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect), at most MAX_TAINTS
+    capacity: tuple[tuple[str, float], ...] = ()  # (name, amount) of its capacity map
+    shared: bool = False  # allowMultipleAllocations: several claims consume its capacity
 
 
 def _map(v: Any) -> Mapping[str, Any]:
@@ -73,18 +83,36 @@ def parse_slice(obj: Any, budget: int, drops: Drops) -> Slice:
 
 
 def _device(driver: str, pool: str, dev: Mapping[str, Any]) -> SliceDevice:
-    # v1beta1 nests attributes under "basic"; v1beta2 and v1 do not.
-    attrs = _map(dev.get("attributes") or _map(dev.get("basic")).get("attributes"))
+    # v1beta1 nests attributes and taints under "basic"; v1beta2 and v1 do not.
+    body = _map(dev.get("basic")) if "basic" in dev else dev
+    attrs = _map(body.get("attributes"))
     a = {str(k).removeprefix(driver + "/"): attr_value(v) for k, v in attrs.items()}
+    name = _text(dev.get("name"))
+    kind = a.get("type", "")
+    named = MIG_NAME.fullmatch(name) if kind == "mig" else None
     return SliceDevice(
         driver=driver,
         pool=pool,
-        name=_text(dev.get("name")),
-        type=a.get("type", ""),
+        name=name,
+        type=kind,
         uuid=a.get("uuid", ""),
         parent_uuid=a.get("parentUUID", ""),
         profile=a.get("profile", ""),
+        placement=int(named.group(4)) if named else None,
+        taints=_taints(body.get("taints")),
+        capacity=capacities(body.get("capacity")),
+        shared=body.get("allowMultipleAllocations", dev.get("allowMultipleAllocations")) is True,
     )
+
+
+def _taints(raw: Any) -> tuple[tuple[str, str, str], ...]:
+    """(key, value, effect) of a device's taints (KEP-5055), the first MAX_TAINTS."""
+    out = []
+    for t in raw[:MAX_TAINTS] if isinstance(raw, list) else ():
+        t = _map(t)
+        if _text(t.get("key")):
+            out.append((_text(t.get("key")), _text(t.get("value")), _text(t.get("effect"))))
+    return tuple(out)
 
 
 def device_index(slices: Iterable[Slice]) -> dict[tuple[str, str, str], SliceDevice]:

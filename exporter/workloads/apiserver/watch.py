@@ -1,13 +1,15 @@
-"""This node's pods (and DRA ResourceSlices) from the API server, held in memory.
+"""This node's pods (and DRA ResourceSlices and ResourceClaims) from the API server.
 
 One list-then-watch per resource (reflector.py), with a field selector on
 this node, so memory is bounded by the node's pods and the API server's load
 does not grow with scrapes. Pods go into a PodIndex (podindex.py: UIDs,
-containers, copied labels), ResourceSlices into a SliceIndex (slices.py).
+containers, copied labels), ResourceSlices into a SliceIndex (slices.py), and
+ResourceClaims, of the whole cluster (claims have no node field to select on), into
+a ClaimIndex (claims.py) that keeps only those sharing a device by consumed capacity.
 Readers get immutable snapshots, so lookups from other threads take no lock.
 
-RBAC: get, list and watch on pods; with DRA also on resourceslices
-(resource.k8s.io) and get on the discovery path /apis/resource.k8s.io
+RBAC: get, list and watch on pods; with DRA also on resourceslices and
+resourceclaims (resource.k8s.io) and get on the discovery path /apis/resource.k8s.io
 (allowed to every authenticated user by default).
 
 Requests go through apiclient.py; the configuration is read when a watcher starts.
@@ -22,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from exporter.workloads.apiserver.apiclient import ApiError
+from exporter.workloads.apiserver.claims import ClaimIndex, Consumed
 from exporter.workloads.apiserver.podindex import (
     LabelPolicy,
     PodIndex,
@@ -71,6 +74,7 @@ class PodWatcher:
         self.drops = Drops()
         self.index = PodIndex(LabelPolicy(label_allow, copy_labels, label_allowlist), self.drops)
         self.slices = SliceIndex(self.drops)
+        self.claims = ClaimIndex(self.drops)
         self.node_name = node_name
         self.dra = dra
         self.timing = timing or Timing()
@@ -99,6 +103,13 @@ class PodWatcher:
         """The device a DRA claim names, from the pool's newest generation; None if
         unknown or DRA is off."""
         return self.slices.device(driver, pool, name)
+
+    def claim_consumed(
+        self, namespace: str, name: str, device: tuple[str, str, str]
+    ) -> Consumed | None:
+        """What claim ``namespace/name`` consumes of the (driver, pool, name) device, by
+        capacity name; None if unknown, not shared by capacity, or DRA is off."""
+        return self.claims.consumed(namespace, name, device)
 
     @property
     def synced(self) -> bool:
@@ -135,7 +146,11 @@ class PodWatcher:
                 "ResourceSlices", f"spec.nodeName={self.node_name}", self._slices_api,
                 self.slices.replace, self.slices.event, self._stop, self.timing, self.drops,
             )  # fmt: skip
-            self._reflectors.append(slices)
+            claims = Reflector(
+                "ResourceClaims", "", functools.partial(self._dra_api, "resourceclaims"),
+                self.claims.replace, self.claims.event, self._stop, self.timing, self.drops,
+            )  # fmt: skip
+            self._reflectors += [slices, claims]
         for r in self._reflectors:
             t = threading.Thread(target=r.run, name=f"watch-{r.what}", daemon=True)
             t.start()
@@ -169,7 +184,11 @@ class PodWatcher:
         return functools.partial(self._client().get, PODS_PATH)
 
     def _slices_api(self) -> Lister:
-        """The list function of the newest resource.k8s.io version both sides know."""
+        return self._dra_api("resourceslices")
+
+    def _dra_api(self, resource: str) -> Lister:
+        """The list function of ``resource`` in the newest resource.k8s.io version both
+        sides know."""
         api = self._client()
         t = self.timing
         try:
@@ -187,7 +206,7 @@ class PodWatcher:
         )
         for version in DRA_VERSIONS:
             if version in served:
-                return functools.partial(api.get, f"{GROUP_PATH}/{version}/resourceslices")
+                return functools.partial(api.get, f"{GROUP_PATH}/{version}/{resource}")
         raise RuntimeError(
             f"resource.k8s.io serves {sorted(str(v) for v in served if v)}; this exporter "
             f"reads {', '.join(DRA_VERSIONS)}"

@@ -181,16 +181,18 @@ def test_restore_takes_nothing_back_from_a_file_of_the_wrong_shape(tmp_path, boo
     assert StateFile(str(tmp_path)).path.name == NAME
 
 
-def test_xid_totals_carry_on_with_the_pod_they_were_charged_to(tmp_path, boot) -> None:
-    """Two XID 79 on GPU 0 while ml/train held it, one XID 13 on GPU 1; the new process's
-    event thread counts from 0 again, and one more XID 79 comes: 3."""
+@pytest.mark.parametrize("dra", [(), ("claim", "ml", "gpu.nvidia.com", "node-a", "gpu-0")])
+def test_xid_totals_carry_on_with_the_pod_they_were_charged_to(tmp_path, boot, dra) -> None:
+    """Two XID 79 on GPU 0 while ml/train held it (through a DRA claim, or not), one XID 13
+    on GPU 1; the new process's event thread counts from 0 again, and one more XID 79
+    comes: 3."""
     from dataclasses import replace
 
     from exporter.frame import Holder, Owner
     from exporter.nvml.xid.events import XidState
 
     g0, g1 = gpu(0), gpu(1)
-    train = Holder(Owner("ml", "train", "c"), "uid-1", (("label_team", "a"),))
+    train = Holder(Owner("ml", "train", "c", *dra), "uid-1", (("label_team", "a"),))
     old = derive(tmp_path, boot)
     old._restore(snap(0, [g0, g1]), "580.95.05")
     seen = replace(snap(0, [g0, g1]), xid=XidState(((g0.uuid, None, None, 79, 2),)))

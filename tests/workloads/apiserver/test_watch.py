@@ -353,7 +353,7 @@ def test_stop_returns_quickly_with_a_watch_open(api):
     started = time.monotonic()
     w.stop()
     assert time.monotonic() - started < 1.0
-    assert len(threads) == 2 and not any(t.is_alive() for t in threads)
+    assert len(threads) == 3 and not any(t.is_alive() for t in threads)  # pods, slices, claims
 
 
 # -- labels --
@@ -428,6 +428,14 @@ def test_resource_slices_resolve_to_uuids(watchers, fixture, served, used):
         mig = w.slice_device("gpu.nvidia.com", "node-a", "gpu-1-mig-1g10gb-19-0")
         assert (mig.type, mig.uuid, mig.parent_uuid) == ("mig", MIG_1G, H100_1)
         assert mig.profile == "1g.10gb"
+        dyn = w.slice_device("gpu.nvidia.com", "node-a", "gpu-1-mig-1g10gb-19-3")
+        assert (dyn.type, dyn.uuid, dyn.parent_uuid, dyn.profile) == ("mig", "", H100_1, "1g.10gb")
+        assert (dyn.placement, gpu.placement, mig.placement) == (3, None, 0)
+        taints = (
+            ("gpu.nvidia.com/xid", "79", "NoSchedule"),
+            ("gpu.nvidia.com/unmonitored", "", "None"),
+        )
+        assert dyn.taints == (taints if "v1beta1" not in (used, fixture[15:-5]) else ())
         assert w.slice_device("gpu.nvidia.com", "node-b", "gpu-0") is None  # not this node
         path = f"/apis/resource.k8s.io/{used}/resourceslices"
         queries = [q for p, q in api.requests if p == path]
