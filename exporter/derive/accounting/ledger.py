@@ -16,6 +16,7 @@ that many still hold a device.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ class Ledger:
         self._resume: dict[str, tuple[float, float | None]] = {}
         # this cycle's ended holders, the longest ended last; listed at the first eviction
         self._evictable: list[HolderTotals] | None = None
+        # modelName -> the lowest average power of an interval any GPU of it drew (W)
+        self._idle_by_model: dict[str, float] = {}
 
     def update(
         self,
@@ -188,7 +191,9 @@ class Ledger:
             delta = plan.energy_mj - last.energy_mj
             joules = delta / 1000.0 if delta >= 0 else None  # a reload restarts the counter
         gpu = self.gpus[last.key]
-        split = None if joules is None else _Split(gpu, joules, dt, last.active)
+        split = (
+            None if joules is None else _Split(gpu, joules, dt, last.active, self._idle_by_model)
+        )
         free = dt * max(last.unallocated, 0.0)  # GPU-seconds
         rest = max(last.unattributed, 0.0)  # part of the energy
         ends = plan.ends
@@ -315,13 +320,19 @@ class Ledger:
 
 class _Split:
     """One interval's energy of a GPU split by activity: its idle power (the lowest
-    average power of an interval the GPU has drawn) by allocation, the power above it by
-    each holder's activity over all the GPU's (by allocation when nothing was active)."""
+    average power of an interval any GPU of its model on the node has drawn, so a GPU
+    never idle since the start borrows an idle sibling's) by allocation, the power above
+    it by each holder's activity over all the GPU's (by allocation when nothing was
+    active)."""
 
     __slots__ = ("above", "active", "dt", "given", "idle", "joules")
 
-    def __init__(self, gpu: GpuTotals, joules: float, dt: float, active: float) -> None:
-        watts = joules / dt
+    def __init__(
+        self, gpu: GpuTotals, joules: float, dt: float, active: float, by_model: dict[str, float]
+    ) -> None:
+        model = dict(gpu.labels).get("modelName", "")
+        watts = min(joules / dt, by_model.get(model, math.inf))
+        by_model[model] = watts
         if gpu.idle_w is None or watts < gpu.idle_w:
             gpu.idle_w = watts
         self.joules, self.dt, self.active = joules, dt, active

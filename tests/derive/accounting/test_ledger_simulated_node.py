@@ -269,11 +269,11 @@ def test_energy_by_activity_also_adds_up_to_the_gpus_energy(run: Run) -> None:
 
 def test_an_idle_mig_pod_pays_its_slice_of_idle_power_and_none_above_it(run: Run) -> None:
     """The 1g.10gb pod that runs nothing: by allocation it pays a seventh of the GPU's
-    energy; by activity a seventh of the GPU's idle power (the lowest average power of an
-    interval: the simulated MIG GPU's power does not follow its instances' activity, so
-    that is its lowest wave, not the model's 70 W) and nothing of the power above it."""
+    energy; by activity a seventh of the GPU's idle power and nothing of the power above
+    it. The MIG GPU is never idle, so its idle power is that of its idle sibling of the
+    same model (GPU 2): the model's 70 W (models.yaml)."""
     idle_w = run.total(IDLE_POWER, gpu="3")
-    assert 0 < idle_w < run.energy_j[3] / END
+    assert idle_w == pytest.approx(70.0, rel=1e-3)
     held = run.total(ALLOCATED, pod="idle-mig")
     assert _close(held, (END - 20.5 - UNKNOWN_S - DOWN_S) / 7), held
     got = run.total(ACTIVITY_ENERGY, pod="idle-mig")
