@@ -71,10 +71,10 @@ class GpuPlan:
 
 
 def measured(dev: Device, values: Mapping[str, float]) -> tuple[float, str]:
-    """Activity 0..1 of a device for the energy split by activity, and its basis: GPM SM
-    activity (else graphics-engine activity) on whole GPUs and MIG instances alike
-    ("gpm"); where the GPU has no GPM, a whole GPU's utilization ("utilization"); else
-    nothing measured (0, "allocation")."""
+    """Activity 0..1 of a device, for busy GPU-seconds and the energy split by activity
+    alike, and its basis: GPM SM activity (else graphics-engine activity) on whole GPUs
+    and MIG instances alike ("gpm"); where the GPU has no GPM, a whole GPU's utilization
+    ("utilization"); else nothing measured (0, "allocation")."""
     for name in MIG_ACTIVITY:
         v = values.get(name)
         if v is not None and v == v:  # GPM can answer NaN
@@ -83,19 +83,6 @@ def measured(dev: Device, values: Mapping[str, float]) -> tuple[float, str]:
     if not dev.is_mig and util is not None:
         return min(max(util / 100.0, 0.0), 1.0), "utilization"
     return 0.0, "allocation"
-
-
-def activity(dev: Device, values: Mapping[str, float]) -> float | None:
-    """Measured activity 0..1 of a device: GPU utilization of a whole GPU, GPM SM
-    activity (else graphics-engine activity) of a MIG instance; None when not read."""
-    if not dev.is_mig:
-        util = values.get(UTIL)
-        return None if util is None else min(max(util / 100.0, 0.0), 1.0)
-    for name in MIG_ACTIVITY:
-        v = values.get(name)
-        if v is not None and v == v:  # GPM can answer NaN
-            return min(max(float(v), 0.0), 1.0)
-    return None
 
 
 class Planner:
@@ -161,7 +148,7 @@ class Planner:
                 if not static:
                     plan.active += _size(dev) * level
                     continue
-                a = activity(dev, got)
+                a = None if basis == "allocation" else level  # busy: the same measure
                 joined = any(p.own is not None for p in static)  # per-process SM samples
                 if joined and use is not None:
                     basis = "processes"

@@ -170,3 +170,15 @@ def test_without_kubernetes_a_devices_series_carry_no_pod_labels() -> None:
         "hostname": "node",
     }
     assert s.value == 10
+
+
+def test_busy_is_the_gpm_measure_on_whole_gpus_as_on_mig_and_utilization_without() -> None:
+    """Issue 36 item 4: one measure of busy where the GPU has GPM: a whole GPU at 80 %
+    utilization whose SMs were active 50 % of the time is busy 50 s of 100, as a MIG
+    instance would be; a whole GPU without GPM readings falls back to its utilization."""
+    g0, g1 = gpu(0), gpu(1)
+    uses = {g0.key: held(Claim("a", "gpm", "c")), g1.key: held(Claim("a", "util", "c"))}
+    values = {g0.key: {UTIL: 80, SM: 0.5}, g1.key: {UTIL: 80}}
+    got = _run([g0, g1], values, uses)
+    assert got[("busy_gpu_seconds_total", "gpm")] == pytest.approx(50)
+    assert got[("busy_gpu_seconds_total", "util")] == pytest.approx(80)
