@@ -375,7 +375,7 @@ _BRANDS = (
 _label(
     "DCGM_FI_DEV_BRAND",
     Call("nvmlDeviceGetBrand"),
-    lambda b: _BRANDS[b] if 0 <= b < len(_BRANDS) else "Unknown",
+    lambda b: dict(enumerate(_BRANDS)).get(b, "Unknown"),
 )
 _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)
