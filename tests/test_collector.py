@@ -260,6 +260,7 @@ def test_board_limits_read_once_per_device(node):
     calls = instrument(driver).calls
     steady = cycle(col, clock)
     assert calls["nvmlDeviceGetTemperatureThreshold"] == 0
+    assert calls["nvmlDeviceGetMaxClockInfo"] == 0
     assert calls["nvmlDeviceGetMaxMigDeviceCount"] == 0
     assert calls["nvmlDeviceGetClockInfo"] > 0  # what moves is still read every cycle
     assert by_gpu(steady, "DCGM_FI_DEV_SLOWDOWN_TEMP") == by_gpu(first, "DCGM_FI_DEV_SLOWDOWN_TEMP")

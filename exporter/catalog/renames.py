@@ -118,7 +118,7 @@ def renamed(old: F, r: Rename) -> F:
         return dataclasses.replace(old, name=r.new)
     factor = r.scale
     if old.rate:  # a rate divides the counter's change per second by ``rate``
-        return dataclasses.replace(old, name=r.new, unit=r.unit, rate=old.rate / factor)
+        return dataclasses.replace(old, name=r.new, rate=old.rate / factor)
     integer = old.integer and r.den == 1
     scale = old.scale * factor
-    return dataclasses.replace(old, name=r.new, unit=r.unit, scale=scale, integer=integer)
+    return dataclasses.replace(old, name=r.new, scale=scale, integer=integer)

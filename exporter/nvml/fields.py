@@ -55,12 +55,11 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """How one DCGM field is read and converted; ``unit`` is the unit exported."""
+    """How one DCGM field is read and converted to DCGM's unit."""
 
     name: str
     scope: Scope
     source: Source
-    unit: str = ""
     field_ids: tuple[tuple[int, int], ...] = ()  # (fieldId, scopeId); several are summed
     call: Call | None = None
     pick: Callable[[Any], Any] | None = None  # extracts this field from the call's result
@@ -92,7 +91,6 @@ def _add(f: Field) -> None:
 
 def _fid(
     name: str,
-    unit: str,
     *ids: int,
     scope_id: int = 0,
     scale: float = 1.0,
@@ -102,12 +100,11 @@ def _fid(
 ) -> None:
     ids_ = tuple((i, scope_id) for i in ids)
     kw = {"scale": scale, "integer": integer, "rate": rate, "fallback": fallback}
-    _add(Field(name, D, Source.FIELD, unit, ids_, **kw))  # type: ignore[arg-type]
+    _add(Field(name, D, Source.FIELD, ids_, **kw))  # type: ignore[arg-type]
 
 
 def _call(
     name: str,
-    unit: str,
     call: Call,
     pick: Callable[[Any], Any] | None = None,
     *,
@@ -115,23 +112,23 @@ def _call(
     scale: float = 1.0,
     integer: bool = True,
 ) -> None:
-    _add(Field(name, scope, Source.CALL, unit, (), call, pick, scale=scale, integer=integer))
+    _add(Field(name, scope, Source.CALL, (), call, pick, scale=scale, integer=integer))
 
 
-def _gpm(name: str, unit: str, metric: int, scale: float, scope: Scope = INST) -> None:
-    _add(Field(name, scope, Source.GPM, unit, gpm_metric=metric, scale=scale, integer=False))
+def _gpm(name: str, metric: int, scale: float, scope: Scope = INST) -> None:
+    _add(Field(name, scope, Source.GPM, gpm_metric=metric, scale=scale, integer=False))
 
 
 def _label(name: str, call: Call, pick: Callable[[Any], Any] | None = None) -> None:
-    _add(Field(name, D, Source.LABEL, "", (), call, pick))
+    _add(Field(name, D, Source.LABEL, (), call, pick))
 
 
 # --- utilization (absent on MIG-enabled GPUs: NVML answers NotSupported) ---
 _util = Call("nvmlDeviceGetUtilizationRates")
-_call("DCGM_FI_DEV_GPU_UTIL", "%", _util, lambda u: u.gpu)
-_call("DCGM_FI_DEV_MEM_COPY_UTIL", "%", _util, lambda u: u.memory)
-_call("DCGM_FI_DEV_ENC_UTIL", "%", Call("nvmlDeviceGetEncoderUtilization"), lambda r: r[0])
-_call("DCGM_FI_DEV_DEC_UTIL", "%", Call("nvmlDeviceGetDecoderUtilization"), lambda r: r[0])
+_call("DCGM_FI_DEV_GPU_UTIL", _util, lambda u: u.gpu)
+_call("DCGM_FI_DEV_MEM_COPY_UTIL", _util, lambda u: u.memory)
+_call("DCGM_FI_DEV_ENC_UTIL", Call("nvmlDeviceGetEncoderUtilization"), lambda r: r[0])
+_call("DCGM_FI_DEV_DEC_UTIL", Call("nvmlDeviceGetDecoderUtilization"), lambda r: r[0])
 
 # --- framebuffer: per whole GPU and per MIG instance; bytes -> MiB ---
 _mem = Call("nvmlDeviceGetMemoryInfo", (N.nvmlMemory_v2,), fallback=Call("nvmlDeviceGetMemoryInfo"))
@@ -145,49 +142,46 @@ def _mib_of(attr: str, unit: int = MIB) -> Callable[[Any], int]:
 
 
 for _n, _attr in (("TOTAL", "total"), ("FREE", "free"), ("USED", "used"), ("RESERVED", "reserved")):
-    _call(f"DCGM_FI_DEV_FB_{_n}", "MiB", _mem, _mib_of(_attr), scope=INST)
+    _call(f"DCGM_FI_DEV_FB_{_n}", _mem, _mib_of(_attr), scope=INST)
     # DCGM 4.7 names (dcgm-exporter 4.9): the same reading in bytes, not rounded to MiB
     _b = "DCGM_FI_DEV_FB_CAPACITY_BYTES" if _n == "TOTAL" else f"DCGM_FI_DEV_FB_{_n}_BYTES"
-    _call(_b, "B", _mem, _mib_of(_attr, 1), scope=INST)
+    _call(_b, _mem, _mib_of(_attr, 1), scope=INST)
 
 # --- temperature (C) ---
 _call(
     "DCGM_FI_DEV_GPU_TEMP",
-    "C",
     Call(
         "nvmlDeviceGetTemperatureV",
         (N.NVML_TEMPERATURE_GPU,),
         fallback=Call("nvmlDeviceGetTemperature", (N.NVML_TEMPERATURE_GPU,)),
     ),
 )
-_fid("DCGM_FI_DEV_MEMORY_TEMP", "C", N.NVML_FI_DEV_MEMORY_TEMP)
+_fid("DCGM_FI_DEV_MEMORY_TEMP", N.NVML_FI_DEV_MEMORY_TEMP)
 for _n, _t in (
     ("SLOWDOWN_TEMP", N.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
     ("SHUTDOWN_TEMP", N.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
     ("GPU_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
     ("MEM_MAX_OP_TEMP", N.NVML_TEMPERATURE_THRESHOLD_MEM_MAX),
 ):
-    _call(f"DCGM_FI_DEV_{_n}", "C", Call("nvmlDeviceGetTemperatureThreshold", (_t,), static=True))
+    _call(f"DCGM_FI_DEV_{_n}", Call("nvmlDeviceGetTemperatureThreshold", (_t,), static=True))
 
 # --- power (mW -> W) and energy (mJ since driver load) ---
 _w = 0.001
-_call("DCGM_FI_DEV_POWER_USAGE", "W", Call("nvmlDeviceGetPowerUsage"), scale=_w, integer=False)
-_fid("DCGM_FI_DEV_POWER_USAGE_INSTANT", "W", N.NVML_FI_DEV_POWER_INSTANT, scale=_w, integer=False)
+_call("DCGM_FI_DEV_POWER_USAGE", Call("nvmlDeviceGetPowerUsage"), scale=_w, integer=False)
+_fid("DCGM_FI_DEV_POWER_USAGE_INSTANT", N.NVML_FI_DEV_POWER_INSTANT, scale=_w, integer=False)
 _call(
     "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-    "W",
     Call("nvmlDeviceGetPowerManagementLimit"),
     scale=_w,
     integer=False,
 )
 _call(
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
-    "W",
     Call("nvmlDeviceGetEnforcedPowerLimit"),
     scale=_w,
     integer=False,
 )
-_fid("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ", N.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+_fid("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", N.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION)
 
 # --- clocks (MHz) ---
 for _n, _c in (
@@ -195,17 +189,17 @@ for _n, _c in (
     ("MEM", N.NVML_CLOCK_MEM),
     ("VIDEO", N.NVML_CLOCK_VIDEO),
 ):
-    _call(f"DCGM_FI_DEV_{_n}_CLOCK", "MHz", Call("nvmlDeviceGetClockInfo", (_c,)))
+    _call(f"DCGM_FI_DEV_{_n}_CLOCK", Call("nvmlDeviceGetClockInfo", (_c,)))
     _max = Call("nvmlDeviceGetMaxClockInfo", (_c,), static=True)
-    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", "MHz", _max)
+    _call(f"DCGM_FI_DEV_MAX_{_n}_CLOCK", _max)
 _reasons = Call(
     "nvmlDeviceGetCurrentClocksEventReasons",
     fallback=Call("nvmlDeviceGetCurrentClocksThrottleReasons"),
 )
-_call("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "bitmask", _reasons)
-_call("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "bitmask", _reasons)  # pre-4.0 DCGM name
-_call("DCGM_FI_DEV_PSTATE", "P-state 0-15", Call("nvmlDeviceGetPerformanceState"))
-_call("DCGM_FI_DEV_FAN_SPEED", "%", Call("nvmlDeviceGetFanSpeed"))
+_call("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", _reasons)
+_call("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", _reasons)  # pre-4.0 DCGM name
+_call("DCGM_FI_DEV_PSTATE", Call("nvmlDeviceGetPerformanceState"))
+_call("DCGM_FI_DEV_FAN_SPEED", Call("nvmlDeviceGetFanSpeed"))
 
 # --- throttling: time spent clock-limited by each reason (ns, cumulative) ---
 for _n, _f in (
@@ -218,10 +212,10 @@ for _n, _f in (
     ("TOTAL_APP_CLOCKS", N.NVML_FI_DEV_PERF_POLICY_TOTAL_APP_CLOCKS),
     ("TOTAL_BASE_CLOCKS", N.NVML_FI_DEV_PERF_POLICY_TOTAL_BASE_CLOCKS),
 ):
-    _fid(f"DCGM_FI_DEV_{_n}_VIOLATION", "ns", _f)
+    _fid(f"DCGM_FI_DEV_{_n}_VIOLATION", _f)
 
 # --- PCIe ---
-_fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "count", N.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
+_fid("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", N.NVML_FI_DEV_PCIE_REPLAY_COUNTER)
 # A throughput in KB/s from NVML's cumulative byte counters (fields 197/198, from NVML 12.5,
 # R555) over the last two samples; older drivers: nvmlDeviceGetPcieThroughput, a 20 ms
 # sample in KB/s.
@@ -230,25 +224,23 @@ for _n, _fid_bytes, _counter in (
     ("RX", 198, N.NVML_PCIE_UTIL_RX_BYTES),  # NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 ):
     _name = f"DCGM_FI_DEV_PCIE_{_n}_THROUGHPUT"
-    _sampled = Field(
-        _name, D, Source.CALL, "KB/s", call=Call("nvmlDeviceGetPcieThroughput", (_counter,))
-    )
-    _fid(_name, "KB/s", _fid_bytes, rate=1024.0, fallback=_sampled)
-_call("DCGM_FI_DEV_PCIE_LINK_GEN", "generation", Call("nvmlDeviceGetCurrPcieLinkGeneration"))
-_call("DCGM_FI_DEV_PCIE_LINK_WIDTH", "lanes", Call("nvmlDeviceGetCurrPcieLinkWidth"))
+    _sampled = Field(_name, D, Source.CALL, call=Call("nvmlDeviceGetPcieThroughput", (_counter,)))
+    _fid(_name, _fid_bytes, rate=1024.0, fallback=_sampled)
+_call("DCGM_FI_DEV_PCIE_LINK_GEN", Call("nvmlDeviceGetCurrPcieLinkGeneration"))
+_call("DCGM_FI_DEV_PCIE_LINK_WIDTH", Call("nvmlDeviceGetCurrPcieLinkWidth"))
 
 # --- ECC, page retirement (pre-Ampere), row remapping (Ampere and newer) ---
-_fid("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "count", N.NVML_FI_DEV_ECC_SBE_VOL_TOTAL)
-_fid("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "count", N.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
-_fid("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "count", N.NVML_FI_DEV_ECC_SBE_AGG_TOTAL)
-_fid("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "count", N.NVML_FI_DEV_ECC_DBE_AGG_TOTAL)
-_fid("DCGM_FI_DEV_RETIRED_SBE", "pages", N.NVML_FI_DEV_RETIRED_SBE)
-_fid("DCGM_FI_DEV_RETIRED_DBE", "pages", N.NVML_FI_DEV_RETIRED_DBE)
-_fid("DCGM_FI_DEV_RETIRED_PENDING", "pages", N.NVML_FI_DEV_RETIRED_PENDING)
-_fid("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "rows", N.NVML_FI_DEV_REMAPPED_COR)
-_fid("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "rows", N.NVML_FI_DEV_REMAPPED_UNC)
-_fid("DCGM_FI_DEV_ROW_REMAP_PENDING", "bool", N.NVML_FI_DEV_REMAPPED_PENDING)
-_fid("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", N.NVML_FI_DEV_REMAPPED_FAILURE)
+_fid("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", N.NVML_FI_DEV_ECC_SBE_VOL_TOTAL)
+_fid("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", N.NVML_FI_DEV_ECC_DBE_VOL_TOTAL)
+_fid("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", N.NVML_FI_DEV_ECC_SBE_AGG_TOTAL)
+_fid("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", N.NVML_FI_DEV_ECC_DBE_AGG_TOTAL)
+_fid("DCGM_FI_DEV_RETIRED_SBE", N.NVML_FI_DEV_RETIRED_SBE)
+_fid("DCGM_FI_DEV_RETIRED_DBE", N.NVML_FI_DEV_RETIRED_DBE)
+_fid("DCGM_FI_DEV_RETIRED_PENDING", N.NVML_FI_DEV_RETIRED_PENDING)
+_fid("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", N.NVML_FI_DEV_REMAPPED_COR)
+_fid("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", N.NVML_FI_DEV_REMAPPED_UNC)
+_fid("DCGM_FI_DEV_ROW_REMAP_PENDING", N.NVML_FI_DEV_REMAPPED_PENDING)
+_fid("DCGM_FI_DEV_ROW_REMAP_FAILURE", N.NVML_FI_DEV_REMAPPED_FAILURE)
 
 # --- NVLink (totals over all links) ---
 # Field 449 as DCGM computes it: NVML's cumulative TX+RX KiB counters, their change
@@ -256,7 +248,6 @@ _fid("DCGM_FI_DEV_ROW_REMAP_FAILURE", "bool", N.NVML_FI_DEV_REMAPPED_FAILURE)
 # on a device's first sample.
 _fid(
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "1000 KiB/s",
     N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
     N.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
     scope_id=ALL_LINKS,
@@ -265,13 +256,13 @@ _fid(
 # Blackwell (NVLink5) has no per-lane DL totals (nvml.h): as DCGM, which asks them with
 # scope 0 there (blank), these have no value on Blackwell.
 for _dl, _n in ((38, "CRC_FLIT"), (45, "CRC_DATA"), (52, "REPLAY"), (59, "RECOVERY")):
-    _fid(f"DCGM_FI_DEV_NVLINK_{_n}_ERROR_COUNT_TOTAL", "count", _dl)
+    _fid(f"DCGM_FI_DEV_NVLINK_{_n}_ERROR_COUNT_TOTAL", _dl)
 # NVLink5's own counters under DCGM's names (fields 1213, 1219; DCGM 4.6's other names in
 # dcgm-fields.csv), summed over links with scopeId UINT_MAX as DCGM asks them on NVLink5
 # (DcgmCMUtils.cpp NvmlFieldRequiresNvLinkAggregate): link recovery events (NVML 215) and
 # errors FEC did not correct (219).
-_fid("DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS", "count", 215, scope_id=ALL_LINKS)
-_fid("DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS", "count", 219, scope_id=ALL_LINKS)
+_fid("DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS", 215, scope_id=ALL_LINKS)
+_fid("DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS", 219, scope_id=ALL_LINKS)
 
 # --- GPM profiling (Hopper and newer; per GPU and per MIG instance) ---
 _pct, _mibs = 0.01, float(MIB)
@@ -293,61 +284,58 @@ for _n, _m in (
     ("NVJPG0_ACTIVE", 40),  # NVML_GPM_METRIC_NVJPG_0_UTIL
     ("NVOFA0_ACTIVE", 50),  # NVML_GPM_METRIC_NVOFA_0_UTIL
 ):
-    _gpm(f"DCGM_FI_PROF_{_n}", "ratio", _m, _pct)
+    _gpm(f"DCGM_FI_PROF_{_n}", _m, _pct)
 # PCIe and NVLink traffic are GPU-level, as in DCGM (dcgm_fields.cpp): on a MIG GPU they are
 # sampled on the GPU itself, and repeat per GPU instance as other device-level fields do.
-_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs, D)
-_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs, D)
-_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs, D)
-_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_PCIE_TX_BYTES", N.NVML_GPM_METRIC_PCIE_TX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_PCIE_RX_BYTES", N.NVML_GPM_METRIC_PCIE_RX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_NVLINK_TX_BYTES", N.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, _mibs, D)
+_gpm("DCGM_FI_PROF_NVLINK_RX_BYTES", N.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, _mibs, D)
 
 # --- NVLink fabric registration and health (NVSwitch and NVL systems; fabric.py) ---
-for _n, _u in (
-    ("FABRIC_MANAGER_STATUS", "status"),  # DCGM's dcgmFabricManagerStatus_t
-    ("FABRIC_MANAGER_ERROR", "DCGM return code"),
-    ("FABRIC_MANAGER_ERROR_CODE", "DCGM return code"),  # the older name of field 171
-    ("FABRIC_CLIQUE_ID", "id"),
-    ("FABRIC_HEALTH_MASK", "bit fields"),
-    ("FABRIC_HEALTH_SUMMARY", "summary"),
+for _n in (
+    "FABRIC_MANAGER_STATUS",  # DCGM's dcgmFabricManagerStatus_t
+    "FABRIC_MANAGER_ERROR",  # a DCGM return code
+    "FABRIC_MANAGER_ERROR_CODE",  # the older name of field 171
+    "FABRIC_CLIQUE_ID",
+    "FABRIC_HEALTH_MASK",  # bit fields
+    "FABRIC_HEALTH_SUMMARY",
 ):
-    _add(Field(f"DCGM_FI_DEV_{_n}", D, Source.FABRIC, _u))
+    _add(Field(f"DCGM_FI_DEV_{_n}", D, Source.FABRIC))
 
 # --- XIDs, from the event thread ---
 # Last XID seen on the GPU (sticky, like dcgm-exporter), with err_code and err_msg labels.
-_add(Field("DCGM_FI_DEV_XID_ERRORS", D, Source.XID, "xid"))
+_add(Field("DCGM_FI_DEV_XID_ERRORS", D, Source.XID))
 # XIDs by code since the exporter started, per GPU or MIG instance: alert on this one.
-_add(Field("DCGM_EXP_XID_ERRORS_TOTAL", INST, Source.XID, "events"))
+_add(Field("DCGM_EXP_XID_ERRORS_TOTAL", INST, Source.XID))
 
 # --- dcgm-exporter's own families, derived from other fields (exporter/exposition/dcgm.py) ---
 _xid_in = ("DCGM_FI_DEV_XID_ERRORS",)  # the XID event thread
 # XIDs per GPU and code within -x/--xid-count-window-size
-_add(Field("DCGM_EXP_XID_ERRORS_COUNT", D, Source.DERIVED, "events", needs=_xid_in))
+_add(Field("DCGM_EXP_XID_ERRORS_COUNT", D, Source.DERIVED, needs=_xid_in))
 # cycles each clock-event reason was active within --clock-events-count-window-size
 _add(
     Field(
         "DCGM_EXP_CLOCK_EVENTS_COUNT",
         D,
         Source.DERIVED,
-        "samples",
         needs=("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",),
     )
 )
 # times each clock-event reason newly appeared since the exporter started (edges)
 _clock_in = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",)
-_add(Field("DCGM_EXP_CLOCK_EVENTS_TOTAL", D, Source.DERIVED, "events", needs=_clock_in))
+_add(Field("DCGM_EXP_CLOCK_EVENTS_TOTAL", D, Source.DERIVED, needs=_clock_in))
 # pass (0) / warn (10) / fail (20) per watched system, from XIDs, ECC, remaps, violations
 _health_in = (
     *_xid_in,
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     "DCGM_FI_DEV_ROW_REMAP_PENDING",
     "DCGM_FI_DEV_RETIRED_PENDING",
-    "DCGM_FI_DEV_THERMAL_VIOLATION",
     "DCGM_FI_DEV_POWER_VIOLATION",
 )
-_add(Field("DCGM_EXP_GPU_HEALTH_STATUS", D, Source.DERIVED, "result", needs=_health_in))
+_add(Field("DCGM_EXP_GPU_HEALTH_STATUS", D, Source.DERIVED, needs=_health_in))
 # NVML's NVLink P2P status code per GPU and peer GPU
-_add(Field("DCGM_EXP_P2P_STATUS", D, Source.P2P, "status"))
+_add(Field("DCGM_EXP_P2P_STATUS", D, Source.P2P))
 
 # --- label fields: read once when a device is enumerated ---
 _label("DCGM_FI_DRIVER_VERSION", Call("nvmlSystemGetDriverVersion", system=True))
@@ -373,7 +361,7 @@ _BRANDS = (
 _label(
     "DCGM_FI_DEV_BRAND",
     Call("nvmlDeviceGetBrand"),
-    lambda b: _BRANDS[b] if 0 <= b < len(_BRANDS) else "Unknown",
+    lambda b: dict(enumerate(_BRANDS)).get(b, "Unknown"),
 )
 _label("DCGM_FI_DEV_MINOR_NUMBER", Call("nvmlDeviceGetMinorNumber"))
 _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.busId)

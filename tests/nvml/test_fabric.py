@@ -119,6 +119,26 @@ def test_faults_change_health_and_registration(start):
     assert got[2]["DCGM_FI_DEV_FABRIC_MANAGER_STATUS"] == NOT_STARTED
 
 
+def test_the_older_error_name_serves_the_same_code():
+    """DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE, field 171's older name, in a metrics file:
+    the same DCGM return code as its current name."""
+    both = "".join(f"DCGM_FI_DEV_FABRIC_MANAGER_{n}, gauge, e\n" for n in ("ERROR", "ERROR_CODE"))
+    clock = ManualClock()
+    driver = sim.install(FLEETS_DIR / "gb200.yaml", clock=clock)
+    col = Collector(parse(both), "n", clock=lambda: 1_700_000_000 + clock())
+    try:
+        driver.inject(Fault("fabric", gpu=3, fabric={"state": "completed", "status": "TIMEOUT"}))
+        got = fabric(col.collect())
+    finally:
+        col.close()
+        sim.uninstall()
+    assert got[3] == {
+        "DCGM_FI_DEV_FABRIC_MANAGER_ERROR": DCGM_ST_TIMEOUT,
+        "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE": DCGM_ST_TIMEOUT,
+    }
+    assert got[0]["DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE"] == 0
+
+
 def test_r570_driver_has_a_mask_and_no_summary(start):
     _, col = start(FLEETS_DIR / "h200.yaml")
     for _ in range(2):

@@ -320,9 +320,12 @@ class Reference:
 
 
 FLEETS = [None, *(f"exporter/sim/fleets/{f}.yaml" for f in ("mixed", "h200", "a100-80gb-535"))]
+# the one actively cooled board (fan speed) beside a passively cooled one
+FAN = {"gpus": [{"model": "NVIDIA RTX 6000 Ada Generation"}, {"model": "NVIDIA L40S"}]}
+FLEETS.append(FAN)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("fleet", FLEETS, ids=["default", "mixed", "h200", "a100-535"])
+@pytest.mark.parametrize("fleet", FLEETS, ids=["default", "mixed", "h200", "a100-535", "fan"])
 def test_every_field_is_the_simulators_answer_for_its_nvml_source(fleet):
     with node(fleet, catalog=CATALOG) as n:
         N.nvmlInit()  # the test's own reference, beside the collector's
