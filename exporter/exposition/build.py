@@ -90,8 +90,8 @@ class Layout:
     holders: Mapping[str, Holder]
     series_labels: dict[str, str]  # device key -> its labels, plus its holder's if one
     targets: Targets
-    device_rows: list[dcgm.Row]
-    instance_rows: list[dcgm.Row]
+    device_rows: list[tuple[str, str]]
+    instance_rows: list[tuple[str, str]]
     parts: tuple[int, int] = (0, 0)  # how many of ``devices`` are GPUs, then down GPUs
 
     def same(self, devices: tuple[Device, ...], holders: Mapping[str, Holder] | None) -> bool:

@@ -1,9 +1,9 @@
 """The DCGM families, with dcgm-exporter's names and labels, from one snapshot.
 
-Each catalog row becomes one family. Rows read as plain values go through
-:func:`values`; a row that needs more (the XID rows, dcgm-exporter's own
-``DCGM_EXP_*`` families) names its own family function in ``SPECIAL`` by source
-or in ``BY_NAME`` by DCGM field name. A family function takes the row and the
+Each catalog row becomes one family. Rows read as plain values are written (and
+reused while unchanged) by :class:`columns.Reuse`; a row that needs more (the XID
+rows, dcgm-exporter's own ``DCGM_EXP_*`` families) names its own family function in
+``SPECIAL`` by source or in ``BY_NAME`` by DCGM field name. A family function takes the row and the
 cycle's :class:`View` and returns sample lines. Which devices carry series
 (``-d/--devices``) is decided once per cycle in :mod:`exporter.exposition.targets`.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from exporter.catalog.metricsfile import Catalog, MetricSpec
 from exporter.catalog.renames import by_new
@@ -24,8 +24,6 @@ from exporter.nvml.devices import Device
 from exporter.nvml.fields import Scope, Source
 from exporter.runtime.cpushare import offer
 from exporter.snapshot import Snapshot
-
-Row = tuple[str, str]  # a series' label text, and the device key its value is read under
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +38,15 @@ class View:
     targets: Targets
     derived: Derived
     # (label text, key of the values) per series of device-level and instance-level fields
-    device_rows: Sequence[Row] = ()
-    instance_rows: Sequence[Row] = ()
-    virtual: Virtual | None = None  # --kubernetes-virtual-gpus: copies of shared devices
-    health_detail: bool = False  # health_error_severity/_category (dcgm-exporter 4.8.3+)
-    memo: dict[str, object] = field(default_factory=dict)  # what families share this cycle
+    device_rows: Sequence[tuple[str, str]]
+    instance_rows: Sequence[tuple[str, str]]
+    virtual: Virtual | None  # --kubernetes-virtual-gpus: copies of shared devices
+    health_detail: bool  # health_error_severity/_category (dcgm-exporter 4.8.3+)
     # device key -> label text of each of its series, where it has several (shared
     # devices under --kubernetes-virtual-gpus, HPC jobs, containers)
-    copies: Mapping[str, tuple[str, ...]] | None = None
-    xid_text: Mapping[int, str] = field(default_factory=dict)  # XID code -> its description
-    nobody: str = ""  # -k: the empty pod labels of a device no container holds
+    copies: Mapping[str, tuple[str, ...]] | None
+    xid_text: Mapping[int, str]  # XID code -> its description
+    nobody: str  # -k: the empty pod labels of a device no container holds
 
     def labels(self, dev: Device) -> str:
         """The labels of a device's series: its own, plus its holder's when one holds it."""
@@ -62,14 +59,11 @@ class View:
         return got or (self.series_labels[dev.key],)
 
 
-Family = Callable[[MetricSpec, View], list[str]]
-
-
 def rows(
     series_labels: Mapping[str, str],
     targets: Targets,
     copies: Mapping[str, tuple[str, ...]] | None = None,
-) -> tuple[list[Row], list[Row]]:
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(device rows, instance rows) of this cycle's series devices, joined once per cycle;
     a device in ``copies`` (label text per holder) gets one row per copy."""
     copies = copies or {}
@@ -82,29 +76,8 @@ def rows(
     return dev, inst
 
 
-def values(spec: MetricSpec, fr: View) -> list[str]:
-    """A field read per device: physical GPUs (device scope) or whole GPUs and MIG instances."""
-    got = _scope(spec, _joined(fr))
-    return columns.lines(spec.name + "{", got, got.column(spec.field.name))
-
-
-Joined = tuple[columns.Rows, columns.Rows]
-
-
-def _joined(fr: View) -> Joined:
-    """(device rows, instance rows) with their readings, the rows of devices without
-    readings left out: looked up once per cycle, not per family."""
-    done = fr.memo.get("joined")
-    if done is not None:
-        return done  # type: ignore[return-value]
-    readings = fr.snap.values
-    out = (columns.join(fr.device_rows, readings), columns.join(fr.instance_rows, readings))
-    fr.memo["joined"] = out
-    return out
-
-
-def _scope(spec: MetricSpec, joined: Joined) -> columns.Rows:
-    return joined[0] if spec.field.scope is Scope.DEVICE else joined[1]
+def _scope(spec: MetricSpec, device: columns.Rows, instance: columns.Rows) -> columns.Rows:
+    return device if spec.field.scope is Scope.DEVICE else instance
 
 
 # kept across cycles by the caller of :func:`render`
@@ -112,13 +85,12 @@ Reuse = columns.Reuse
 
 
 def per_process(spec: MetricSpec, fr: View) -> list[str]:
-    """GPU_UTIL and FB_USED: as :func:`values`; under --kubernetes-virtual-gpus a shared
-    device keeps its series without pod labels and adds one per holder, valued from
-    that holder's processes (dcgm-exporter's per-process split). Their DCGM 4.7 names
-    (GPU_UTIL_RATIO, FB_USED_BYTES) split the same shares, in their own unit."""
+    """GPU_UTIL and FB_USED under --kubernetes-virtual-gpus (without it they are plain
+    values): a shared device keeps its series without pod labels and adds one per holder,
+    valued from that holder's processes (dcgm-exporter's per-process split). Their DCGM
+    4.7 names (GPU_UTIL_RATIO, FB_USED_BYTES) split the same shares, in their own unit."""
     v = fr.virtual
-    if v is None:
-        return values(spec, fr)
+    assert v is not None  # render writes these families as plain values without copies
     r = by_new().get(spec.field.name)
     shares = v.shares.get(r.old if r else spec.field.name, {})
     unit = r.scale if r else 1.0
@@ -151,7 +123,7 @@ def _pair_labels(label: str, value: str, window: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _health_labels(s: HealthSeries, detail: bool = False) -> str:
+def _health_labels(s: HealthSeries, detail: bool) -> str:
     pairs = [("health_watch", s.watch), ("health_error_code", s.error_code)]
     if detail:
         pairs += [("health_error_severity", s.severity), ("health_error_category", s.category)]
@@ -164,7 +136,7 @@ def last_xid(spec: MetricSpec, fr: View) -> list[str]:
     out: list[str] = []
     for dev, gpu in fr.targets.device:
         x = last.get(gpu, 0)
-        more = _xid_labels(x, fr.xid_text.get(x, ""))
+        more = _xid_labels(x, fr.xid_text[x])  # every last code and 0 are described
         out.extend(text.sample(spec.name, f"{w},{more}", str(x)) for w in fr.each(dev))
     return out
 
@@ -251,8 +223,8 @@ def p2p(spec: MetricSpec, fr: View) -> list[str]:
     return out
 
 
-SPECIAL: dict[Source, Family] = {Source.XID: xid, Source.P2P: p2p}
-BY_NAME: dict[str, Family] = {
+SPECIAL: dict[Source, Callable[[MetricSpec, View], list[str]]] = {Source.XID: xid, Source.P2P: p2p}
+BY_NAME: dict[str, Callable[[MetricSpec, View], list[str]]] = {
     "DCGM_EXP_XID_ERRORS_COUNT": xid_window,
     "DCGM_EXP_CLOCK_EVENTS_COUNT": clock_events,
     "DCGM_EXP_GPU_HEALTH_STATUS": health,
@@ -296,14 +268,15 @@ def render(catalog: Catalog, fr: View, reuse: Reuse | None = None) -> tuple[list
     samples; ``reuse`` (kept across cycles) gives back unchanged plain-value families."""
     out: list[bytes] = []
     series = 0
-    joined = _joined(fr)
+    readings = fr.snap.values  # the rows of devices without readings left out
+    joined = (columns.join(fr.device_rows, readings), columns.join(fr.instance_rows, readings))
     reuse = reuse or Reuse()
     reuse.start(*joined)
     for spec in catalog.metrics:
         offer()
         fn = BY_NAME.get(spec.field.name) or SPECIAL.get(spec.field.source)
         if fn is None or (fn is per_process and fr.virtual is None):
-            body, n = reuse.family(spec, _scope(spec, joined))
+            body, n = reuse.family(spec, _scope(spec, *joined))
         elif (inputs := _inputs(spec, fr)) is not None:
             body, n = reuse.made(spec, inputs, functools.partial(fn, spec, fr))
         else:

@@ -81,3 +81,29 @@ def test_each_hpc_job_on_a_gpu_gets_its_own_copy_of_the_gpus_xid_series(tmp_path
     for name in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS"):
         jobs = [s.labels.get("hpc_job") for s in samples(body) if s.name == name]
         assert sorted(j for j in jobs if j) == ["job-a", "job-b"], name
+
+
+def test_when_a_gpus_jobs_change_its_xid_series_follow_the_next_cycle(tmp_path) -> None:
+    """GPU 0 runs job-a and job-b, then job-c: the next cycle's last-XID series (written
+    from the same devices and XIDs) carry job-c only, not the last cycle's jobs."""
+    sim.install(None, latency=False)
+    col = Collector(CATALOG, "node-a")
+    poller = Poller(CATALOG, col, 1.0, 1.0, cfg=Config(hpc_job_dir=str(tmp_path)))
+    got = []
+    try:
+        for jobs in ("job-a\njob-b\n", "job-c\n"):
+            (tmp_path / "0").write_text(jobs)
+            poller.publish(col.collect())
+            body = poller.builder.dcgm_text
+            got.append(
+                sorted(
+                    s.labels["hpc_job"]
+                    for s in samples(body)
+                    if s.name == "DCGM_FI_DEV_XID_ERRORS" and s.labels.get("hpc_job")
+                )
+            )
+    finally:
+        col.close(0.5)
+        poller.close()
+        sim.uninstall()
+    assert got == [["job-a", "job-b"], ["job-c"]]

@@ -4,6 +4,7 @@ clock-event counts, GPU health status and P2P status, per GPU and per MIG instan
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,6 +13,8 @@ import pytest
 from exporter import sim
 from exporter.catalog.metricsfile import load
 from exporter.collector import Collector
+from exporter.exposition import dcgm
+from exporter.nvml.fields import Source
 from exporter.sim import Fault, ManualClock
 from tests.support.catalogs import ALL_ROWS_TEXT
 from tests.support.exposition import Stages, find
@@ -168,3 +171,28 @@ def test_p2p_without_nvlink_is_not_supported(tmp_path):
     statuses = {s.labels["link_status"] for s in find(text, P2P)}
     assert "NotSupported" in statuses
     assert all(s.labels["peer_gpu"] != s.labels["gpu"] for s in find(text, P2P))
+
+
+def test_own_families_unchanged_since_the_last_cycle_are_not_written_again(node, monkeypatch):
+    """Cycles further apart than the 5-minute windows on an idle node: the windows,
+    health, clock totals, last XIDs and P2P status equal the last cycle's, so the same
+    text is served without writing those families again (their CPU per cycle); only the
+    XID counts, which name gone devices, are written every cycle."""
+    _, _, cycle = node
+    own = (XID_COUNT, CLOCK, HEALTH, "DCGM_EXP_CLOCK_EVENTS_TOTAL")
+    cycle(400.0)  # the first cycle's clock window has no sample before it
+    first = cycle(400.0)
+    written: Counter[str] = Counter()
+
+    def counted(fn):
+        return lambda spec, fr: written.update([spec.name]) or fn(spec, fr)
+
+    for name in own:
+        monkeypatch.setitem(dcgm.BY_NAME, name, counted(dcgm.BY_NAME[name]))
+    for source in (Source.XID, Source.P2P):
+        monkeypatch.setitem(dcgm.SPECIAL, source, counted(dcgm.SPECIAL[source]))
+    second = cycle(400.0)
+    also = ("DCGM_FI_DEV_XID_ERRORS", P2P)
+    assert all(find(second, n) for n in (*own[:3], *also))  # no clock event: no totals
+    assert [find(second, n) for n in (*own, *also)] == [find(first, n) for n in (*own, *also)]
+    assert written == {"DCGM_EXP_XID_ERRORS_TOTAL": 1}

@@ -124,7 +124,7 @@ def _dcgm_family(family: str, row: list[str], read: list[str], _d: list[str], re
     if expected and expected != "exporter/nvml/fields.py":  # a reader of its own
         module = expected.removesuffix(".py").replace("/", ".")
         assert module in _reachable("exporter.collector"), f"the cycle never runs {module}"
-    fn = dcgm.BY_NAME.get(family) or dcgm.SPECIAL.get(field.source) or dcgm.values
+    fn = dcgm.BY_NAME.get(family) or dcgm.SPECIAL.get(field.source) or dcgm.render  # plain values
     assert render == [_module_file(fn)], (family, fn.__name__)
 
 
