@@ -38,7 +38,7 @@ MIN_KILLED = 0.90  # the share of a module's mutants its tests must kill
 DONE = {"ok_killed": True, "bad_timeout": True, "ok_suspicious": True, "bad_survived": False}
 WATCH_S = 10.0  # seconds between looks at whether mutmut's worker is alive
 RESTARTS = 10
-NAMED = re.compile(r"^\|\s*(\d+(?:\s*,\s*\d+)*)\s*\|", re.M)
+NAMED = re.compile(r"^\|\s*(\d+(?:-\d+)?(?:\s*,\s*\d+(?:-\d+)?)*)\s*\|", re.M)
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,16 @@ def targets(path: Path = TABLE) -> dict[str, Target]:
 
 
 def named(survivors: Path) -> set[int]:
-    """The mutant numbers a survivors file names (none while it does not exist)."""
+    """The mutant numbers a survivors file names in its table rows' first cells (``7, 8,
+    11-26``); none while it does not exist."""
     if not survivors.is_file():
         return set()
-    return {int(n) for cell in NAMED.findall(survivors.read_text()) for n in cell.split(",")}
+    out: set[int] = set()
+    for cell in NAMED.findall(survivors.read_text()):
+        for item in cell.split(","):
+            first, _, last = item.strip().partition("-")  # "11-26": 11 to 26
+            out.update(range(int(first), int(last or first) + 1))
+    return out
 
 
 def _copy(dest: Path) -> None:
