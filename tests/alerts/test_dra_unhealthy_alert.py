@@ -5,22 +5,13 @@ alerts/gpu-alerts.rules.yaml."""
 
 from __future__ import annotations
 
-import subprocess
-
-import yaml
-
 from tests.e2e.test_dra import SIM_FLEET
 from tests.support.dranode import dra_node
 from tests.support.exposition import find
+from tests.support.promtest import TARGET, assert_fires
 
 ALERT = "GPUPodOnUnhealthyDevice"
 FAMILY = "gpu_exporter_pod_device_unhealthy"
-
-
-def _rule(alerts_dir):
-    groups = yaml.safe_load((alerts_dir / "gpu-alerts.rules.yaml").read_text())["groups"]
-    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == ALERT]
-    return rule
 
 
 def test_a_pod_on_a_tainted_device_fires_the_alert(tmp_path, promtool, alerts_dir):
@@ -28,9 +19,7 @@ def test_a_pod_on_a_tainted_device_fires_the_alert(tmp_path, promtool, alerts_di
     with dra_node(tmp_path, SIM_FLEET, "v1", {"gpu-0": [taint]}) as (exp, _, _):
         text = exp.wait_metrics(lambda t: f"{FAMILY}{{" in t, 15, "the unhealthy family")
     (series,) = find(text, FAMILY)
-    scraped = {"job": "gpu-exporter", "instance": "10.0.0.1:9400", **series.labels}
-    labels = ", ".join(f'{k}="{v}"' for k, v in scraped.items())
-    rule = _rule(alerts_dir)
+    scraped = {**TARGET, **series.labels}
     kept = (
         "Hostname",
         "hostname",
@@ -40,38 +29,23 @@ def test_a_pod_on_a_tainted_device_fires_the_alert(tmp_path, promtool, alerts_di
         "pod",
         "container",
         "dra_claim_name",
+        "dra_device_name",
+        "source",
+        "reason",
     )
-    kept += ("dra_device_name", "source", "reason")
-    expected = {**rule["labels"], **{k: scraped[k] for k in kept if k in scraped}}
     description = (
         f"Pod ml/whole (container c, claim whole-gpu) holds GPU 0 ({scraped['UUID']}) "
         "(gpu-0) on node sim-node, which its DRA driver marks unhealthy "
         "(taint: gpu.nvidia.com/gpu-lost)."
     )
-    annotations = {
-        "summary": rule["annotations"]["summary"],
-        "description": description,
-        "runbook_url": rule["annotations"]["runbook_url"],
-    }
-    test = {
-        "rule_files": [str(alerts_dir / "gpu-alerts.rules.yaml")],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [{"series": f"{FAMILY}{{{labels}}}", "values": "_x2 1x20"}],
-                "alert_rule_test": [
-                    {"eval_time": "3m", "alertname": ALERT, "exp_alerts": []},
-                    {
-                        "eval_time": "5m",
-                        "alertname": ALERT,
-                        "exp_alerts": [{"exp_labels": expected, "exp_annotations": annotations}],
-                    },
-                ],
-            }
-        ],
-    }
-    path = tmp_path / "dra-unhealthy.test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False))
-    p = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
+    expected = {k: scraped[k] for k in kept if k in scraped}
+    assert_fires(
+        promtool,
+        tmp_path,
+        alerts_dir,
+        ALERT,
+        (FAMILY, scraped, "_x2 1x20"),
+        ("3m", "5m"),
+        expected,
+        description,
+    )
