@@ -77,7 +77,7 @@ def build(cfg: Config, catalog: Catalog) -> web.Application:
             signals.FileReload(
                 "metrics_file", catalog.path, _read_metrics,
                 partial(_load_metrics, old_names=catalog.old_names,
-                        collections=cfg.collections),
+                        dcgm47=catalog.dcgm47, collections=cfg.collections),
                 poller.reload, app[signals.RELOADS],
                 "still collecting with the last good metrics file",
             ),
@@ -127,10 +127,13 @@ def _read_metrics(path: str) -> str:
 
 
 def _load_metrics(
-    path: str, old_names: bool = False, collections: tuple[Collection, ...] = ()
+    path: str,
+    old_names: bool = False,
+    dcgm47: bool = False,
+    collections: tuple[Collection, ...] = (),
 ) -> Catalog:
     try:
-        catalog = load(path, old_names)
+        catalog = load(path, old_names, dcgm47)
         resolve(catalog, collections)  # the config file's collections still match
     except (CatalogError, GroupError) as e:
         raise ValueError(str(e)) from None

@@ -62,7 +62,7 @@ def capture_one(fleet: Path, release: str, kube: bool, tmp: Path) -> bytes:
             server = serve_devices(socket, device_ids_of(driver))
             argv += ["-k", "--pod-resources-kubelet-socket", str(socket)]
         cfg = config_from(cli.build_parser().parse_args(argv), {"NODE_NAME": "node-a"})
-        catalog = load(cfg.metrics_file, cfg.old_names)
+        catalog = load(cfg.metrics_file, cfg.old_names, cfg.release.dcgm47)
         application = app.build(cfg, catalog)
         poller = application[app.POLLER]
         poller.collector.clock = lambda: EPOCH + clock()

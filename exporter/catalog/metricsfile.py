@@ -25,7 +25,7 @@ from typing import NamedTuple
 from exporter.catalog.fieldnames import dcgm_names, suggest
 from exporter.catalog.unserved import UNSERVED
 from exporter.config.files import ConfigFileError, read_config_file
-from exporter.nvml.fields import FIELDS, Field
+from exporter.nvml.fields import DCGM46, FIELDS, Field
 
 TYPES = ("gauge", "counter", "label", "histogram", "summary")
 MAX_BYTES = 1 << 20  # a metrics file larger than 1 MiB is refused
@@ -85,6 +85,7 @@ class Catalog:
     old_names: bool = False  # -o: labels under dcgm-exporter 1.x names (metric names as written)
     # names listed more than once: (name, earlier line, later line)
     duplicates: tuple[tuple[str, int, int], ...] = ()
+    dcgm47: bool = False  # names mean DCGM 4.7's fields, not DCGM 4.6's aliases (fields.DCGM46)
 
     def names(self) -> frozenset[str]:
         return frozenset(m.name for m in self.metrics + self.labels)
@@ -102,19 +103,23 @@ def names_1x() -> dict[str, str]:
     return {r[0]: r[1] for r in rows if r and not r[0].startswith("#")}
 
 
-def load(path: str | Path, old_names: bool = False) -> Catalog:
+def load(path: str | Path, old_names: bool = False, dcgm47: bool = False) -> Catalog:
     """Read and validate a metrics file; raises :class:`CatalogError` on any malformed row.
 
     ``old_names`` (-o) is kept with the catalog; rows are served under their names as written.
+    ``dcgm47``: a name DCGM 4.6 defines as an alias and DCGM 4.7 as a field of its own is
+    read as DCGM 4.7's (the release's ``Release.dcgm47``).
     """
     try:  # a regular file of bounded size: a FIFO or /dev/zero is refused at once
         text = read_config_file(str(path), "metrics file", MAX_BYTES)
     except ConfigFileError as e:
         raise CatalogError(f"{e} (-f/--collectors)") from None
-    return parse(text, str(path), old_names)
+    return parse(text, str(path), old_names, dcgm47)
 
 
-def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalog:
+def parse(
+    text: str, path: str = "<metrics>", old_names: bool = False, dcgm47: bool = False
+) -> Catalog:
     """Parse metrics-file text; ``path`` only names the source in error messages.
 
     A name listed again replaces its earlier row in place (type, help): the later
@@ -134,7 +139,7 @@ def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalo
             if rows >= MAX_ROWS:
                 raise CatalogError(f"{path}:{lineno}: more than {MAX_ROWS} rows; list fewer")
             rows += 1
-            spec = _row(row, path, lineno)
+            spec = _row(row, path, lineno, dcgm47)
             key = spec.name  # as written: two names of one field are two families
             earlier = entries.get(key)
             if earlier is not None:
@@ -158,11 +163,11 @@ def parse(text: str, path: str = "<metrics>", old_names: bool = False) -> Catalo
         else:
             metrics.append(spec)
     return Catalog(
-        path, tuple(metrics), tuple(labels), tuple(skipped), old_names, tuple(duplicates)
+        path, tuple(metrics), tuple(labels), tuple(skipped), old_names, tuple(duplicates), dcgm47
     )
 
 
-def _row(row: list[str], path: str, lineno: int) -> MetricSpec | Skipped:
+def _row(row: list[str], path: str, lineno: int, dcgm47: bool) -> MetricSpec | Skipped:
     fields = [c.strip() for c in row]
     if len(fields) != 3:
         raise CatalogError(
@@ -181,7 +186,8 @@ def _row(row: list[str], path: str, lineno: int) -> MetricSpec | Skipped:
         raise CatalogError(
             f"{path}:{lineno}: {name}: unknown metric type {typ!r}; use one of {', '.join(TYPES)}"
         )
-    field = FIELDS.get(names_1x().get(name, name))
+    field = None if dcgm47 else DCGM46.get(name)  # DCGM 4.6's reading of a 4.7 name
+    field = field or FIELDS.get(names_1x().get(name, name))
     if field is None:
         return Skipped(name, lineno, _not_served(name, path, lineno))
     if typ in ("histogram", "summary"):

@@ -26,7 +26,10 @@ class Release:
     health_detail: bool  # health_error_severity and health_error_category on the health status
     metrics_file: str  # the shipped metrics file, in the package (exporter/)
     strict_flags: bool = True  # 4.8.3's startup errors (pprof without web config, log level)
-    dcgm: str = "4.6.0"  # the DCGM release it ships, whose XID health grading it mimics
+    dcgm: str = "4.6.0"  # the DCGM release whose XID health grading it mimics
+    # its DCGM is 4.7 or newer: a name that DCGM 4.6 defines as an alias and 4.7 as a field of
+    # its own (DCGM_FI_DEV_GPU_UTIL_RATIO: 0-100 in 4.6, 0-1 in 4.7) reads the 4.7 field
+    dcgm47: bool = False
 
 
 RELEASES: dict[str, Release] = {
@@ -36,8 +39,8 @@ RELEASES: dict[str, Release] = {
             "4.8.2", "Hostname", False, False, "metrics-4.8.2.csv", strict_flags=False, dcgm="4.5.3"
         ),
         Release("4.8.4", "hostname", True, True, "metrics.csv"),
-        Release("4.9", "hostname", True, True, "metrics-4.9.csv"),
-        Release("4.10", "hostname", True, True, "metrics-4.10.csv"),
+        Release("4.9", "hostname", True, True, "metrics-4.9.csv", dcgm47=True),
+        Release("4.10", "hostname", True, True, "metrics-4.10.csv", dcgm47=True),
     )
 }
 ALIASES = {"4.9.0": "4.9", "4.10.0": "4.10"}

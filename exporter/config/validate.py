@@ -94,11 +94,12 @@ def validate(cfg: Config) -> tuple[Catalog | None, list[str]]:
     problem = None if cfg.systemd_fds else address_problem(cfg.host, cfg.port)
     if problem:
         problems.append(problem)
+    dcgm47 = cfg.release.dcgm47
     try:
         if cfg.metrics_text is not None:  # the config file's metrics.fields
-            catalog = parse(cfg.metrics_text, cfg.metrics_file, cfg.old_names)
+            catalog = parse(cfg.metrics_text, cfg.metrics_file, cfg.old_names, dcgm47)
         else:
-            catalog = load(cfg.metrics_file, cfg.old_names)
+            catalog = load(cfg.metrics_file, cfg.old_names, dcgm47)
         resolve(catalog, cfg.collections)
     except (CatalogError, GroupError) as e:
         problems.append(str(e))

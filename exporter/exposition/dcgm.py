@@ -21,7 +21,7 @@ from exporter.exposition.targets import Targets
 from exporter.exposition.virtual import Virtual
 from exporter.frame import Derived, HealthSeries, WindowCounts, XidSeries
 from exporter.nvml.devices import Device
-from exporter.nvml.fields import Scope, Source
+from exporter.nvml.fields import DCGM46, Scope, Source
 from exporter.runtime.cpushare import offer
 from exporter.snapshot import Snapshot
 
@@ -93,7 +93,8 @@ def per_process(spec: MetricSpec, fr: View) -> list[str]:
     assert v is not None  # render writes these families as plain values without copies
     r = by_new().get(spec.field.name)
     shares = v.shares.get(r.old if r else spec.field.name, {})
-    unit = r.scale if r else 1.0
+    # the shares are in the old name's unit, as is DCGM 4.6's reading of a 4.7 name (DCGM46)
+    unit = r.scale if r and spec.field is not DCGM46.get(r.new) else 1.0
     if spec.field.scope is Scope.DEVICE:
         series: Sequence[tuple[Device, str]] = fr.targets.device
     else:

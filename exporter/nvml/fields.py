@@ -372,8 +372,16 @@ _label("DCGM_FI_DEV_PCI_BUSID", Call("nvmlDeviceGetPciInfo_v3"), lambda p: p.bus
 for _r in renames():
     if _r.new not in FIELDS:
         _add(renamed(FIELDS[_r.old], _r))  # the old field's reading, new name and unit
+# A DCGM 4.6 alias that DCGM 4.7 made a field of its own in another unit (GPU_UTIL_RATIO:
+# GPU_UTIL's 0-100 in DCGM 4.6, a 0-1 ratio in 4.7): FIELDS holds the 4.7 field, DCGM46 the
+# alias, read for releases that ship DCGM 4.6 or older (Release.dcgm47 false)
+DCGM46: dict[str, Field] = {}
 for _alias, _same in aliases().items():  # DCGM 4.6 canonical names: same field ID, same unit
-    _add(dataclasses.replace(FIELDS[_same], name=_alias))
+    _f = dataclasses.replace(FIELDS[_same], name=_alias)
+    if _alias in FIELDS:
+        DCGM46[_alias] = _f
+    else:
+        _add(_f)
 
 
 def with_inputs(fields: Iterable[Field]) -> list[Field]:

@@ -59,7 +59,7 @@ def test_new_names_read_the_old_readings_times_the_factor() -> None:
         for r in renames()
         for n in (r.old, r.new)
     ]
-    catalog = parse("\n".join(rows))
+    catalog = parse("\n".join(rows), dcgm47=True)  # the new names as 4.9 serves them
     clock = sim.ManualClock()
     sim.install(None, clock=clock)
     collector = Collector(catalog, "node", clock=lambda: 1_700_000_000 + clock())

@@ -10,6 +10,8 @@ from exporter.catalog.metricsfile import load
 from exporter.cli import build_parser, main
 from exporter.config.model import ConfigError
 from exporter.config.resolve import config_from
+from exporter.config.validate import validate
+from tests.support.simnode import node
 
 
 def cfg(argv: list[str], env: dict[str, str] | None = None):
@@ -87,3 +89,26 @@ def test_4_8_3_startup_errors_are_warnings_under_4_8_2(flag):
         cfg(flag)
     c = cfg(["--dcgm-exporter-version", "4.8.2", *flag])
     assert any("accepted, as dcgm-exporter 4.8.2 accepts it" in n for n in c.notices)
+
+
+@pytest.mark.parametrize(
+    ("release", "factor"), [("4.8.2", 1), ("4.8.4", 1), ("4.9", 0.01), ("4.10", 0.01)]
+)
+def test_gpu_util_ratio_is_dcgm_4_6s_alias_until_4_9_then_a_ratio(tmp_path, release, factor):
+    """DCGM 4.6 defines DCGM_FI_DEV_GPU_UTIL_RATIO as field 203, GPU_UTIL's own ID and
+    0-100 value (dcgm_fields.h at v4.6.0, lines 775 and 3657); DCGM 4.7, which dcgm-exporter
+    4.9 ships, serves it as a 0-1 ratio (exporter/catalog/dcgm-names.csv)."""
+    path = tmp_path / "metrics.csv"
+    path.write_text("DCGM_FI_DEV_GPU_UTIL, gauge, %\nDCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\n")
+    catalog, problems = validate(cfg(["--dcgm-exporter-version", release, "-f", str(path)]))
+    assert catalog is not None and not problems
+    with node(catalog=catalog) as n:
+        n.cycle()
+        snap = n.cycle()
+        pairs = [
+            (v["DCGM_FI_DEV_GPU_UTIL"], v["DCGM_FI_DEV_GPU_UTIL_RATIO"])
+            for v in map(dict, snap.values.values())
+            if "DCGM_FI_DEV_GPU_UTIL" in v
+        ]
+    assert len(pairs) >= 6 and any(util > 1 for util, _ in pairs)
+    assert all(ratio == pytest.approx(util * factor) for util, ratio in pairs)

@@ -146,7 +146,8 @@ def test_dcgm_4_7_names_split_the_same_shares_in_their_units():
     g0 = gpu(0)
     values = {"DCGM_FI_DEV_GPU_UTIL_RATIO": 0.9, "DCGM_FI_DEV_FB_USED_BYTES": 30 << 20}
     s = snap([g0], values={g0.key: values})
-    catalog = parse("DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\nDCGM_FI_DEV_FB_USED_BYTES, gauge, x\n")
+    rows = "DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\nDCGM_FI_DEV_FB_USED_BYTES, gauge, x\n"
+    catalog = parse(rows, dcgm47=True)
     sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b"))}
     splits = [Split(g0, fb={A: 20.0, B: 0.0}, sm={A: 55.0, B: 0.0})]
     b = Stages()
@@ -156,3 +157,17 @@ def test_dcgm_4_7_names_split_the_same_shares_in_their_units():
     assert util == {None: 0.9, "a": 0.55, "b": 0.0}
     fb = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_FB_USED_BYTES", "0")}
     assert fb == {None: 30 << 20, "a": 20 << 20, "b": 0.0}
+
+
+def test_dcgm_4_6s_gpu_util_ratio_splits_in_percent():
+    """Before 4.9 GPU_UTIL_RATIO is DCGM 4.6's alias of GPU_UTIL (0-100): its pod shares too."""
+    g0 = gpu(0)
+    s = snap([g0], values={g0.key: {"DCGM_FI_DEV_GPU_UTIL_RATIO": 90}})
+    catalog = parse("DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\n")
+    sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b"))}
+    splits = [Split(g0, fb={A: 20.0, B: 0.0}, sm={A: 55.0, B: 0.0})]
+    b = Stages()
+    b.publish(s, catalog, {}, splits, sharers)
+    got = samples(b.text)
+    util = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_GPU_UTIL_RATIO", "0")}
+    assert util == {None: 90, "a": 55, "b": 0}

@@ -216,7 +216,7 @@ _NEW = [
     and line.split(",")[0] not in ALL_ROWS_TEXT
 ]  # fmt: skip
 _TEXT = ALL_ROWS_TEXT + "\n".join(_NEW) + "\n"
-CATALOG = parse(_TEXT, "all-rows-and-4.10.csv")
+CATALOG = parse(_TEXT, "all-rows-and-4.10.csv", dcgm47=True)  # the new names as 4.10 reads them
 LISTED = {line.split(",")[0] for line in _TEXT.splitlines() if line.startswith("DCGM_")}
 INSTANCE = {n for n, f in FIELDS.items() if f.scope.value == "instance"}
 
