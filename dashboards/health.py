@@ -260,7 +260,9 @@ def build() -> dict[str, Any]:
         timeseries(
             "NVLink errors",
             "NVLink CRC (flit and data), replay and recovery errors per second per GPU. CRC "
-            "errors matter from 100/s; any replay or recovery error counts.",
+            "errors matter from 100/s; any replay or recovery error counts. Blackwell's "
+            "NVLink5 counts effective errors and link recovery events instead (the CRC and "
+            "replay series are blank there, as in DCGM).",
             [
                 target(
                     f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"
@@ -281,6 +283,16 @@ def build() -> dict[str, Any]:
                     f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"
                     f"{{{G}}}[$__rate_interval]))",
                     f"{GPU_LEGEND} recovery",
+                ),
+                target(
+                    f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS"
+                    f"{{{G}}}[$__rate_interval]))",
+                    f"{GPU_LEGEND} effective (NVLink5)",
+                ),
+                target(
+                    f"max by ({BY_GPU}) (rate(DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS"
+                    f"{{{G}}}[$__rate_interval]))",
+                    f"{GPU_LEGEND} link recovery (NVLink5)",
                 ),
             ],
             "cps",

@@ -89,13 +89,14 @@ def _queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
 def _served_on_the_simulator() -> frozenset[str]:
     """Family names the exporter serves with the shipped metrics file as it is (the
     dashboards read nothing it leaves out: test_default_rows.py), on the simulated nodes:
-    the default node, the mixed one (older GPUs serve retired pages), after an XID, with
+    the default node, the mixed one (older GPUs serve retired pages), the GB200 one
+    (NVLink5 counters), after an XID, with
     pod attribution, a time-sliced GPU shared by two containers and memory no pod
     accounts for."""
     catalog = load(default_metrics_file())
     names: set[str] = set()
     fleets = REPO / "exporter" / "sim" / "fleets"
-    for fleet in (None, fleets / "mixed.yaml"):
+    for fleet in (None, fleets / "mixed.yaml", fleets / "gb200.yaml"):
         clock = ManualClock()
         driver = sim.install(fleet, clock=clock)
         col = Collector(catalog, "node-a")

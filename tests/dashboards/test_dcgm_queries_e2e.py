@@ -60,6 +60,8 @@ HEALTHY_EMPTY = {
     "gpu-health.json: Memory repair state F": "RETIRED_DBE: page retirement is pre-Ampere",
     "gpu-health.json: Memory repair state G": "RETIRED_PENDING: page retirement is pre-Ampere",
     "gpu-health.json: NVML errors A": "no NVML call fails here but NOT_SUPPORTED ones",
+    "gpu-health.json: NVLink errors E": "NVLink5's counters: Blackwell only, the node is H100",
+    "gpu-health.json: NVLink errors F": "NVLink5's counters: Blackwell only, the node is H100",
 }
 # On the default node: 8 physical GPUs, 7 + 4 MIG instances on GPUs 6 and 7.
 GPUS = 8
