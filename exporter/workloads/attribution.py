@@ -130,15 +130,23 @@ class Attribution:
             self.mapper.status = "kubelet did not answer in time"
             self.mapper.reason = "kubelet_timeout"
         if not self.mapper.status:
-            self.sightings.see(self.mapper.map.owners, self._share, now)
+            self.sightings.see(self.mapper.map.owners, self._shares_now(), now)
 
-    def _share(self, key: str, owner: Owner) -> float:
+    def _shares_now(self) -> Callable[[str, Owner], float]:
+        """A holder's share of its device in the current map, each device's shares worked
+        out once (a device's new holders in one answer may be thousands)."""
         pm = self.mapper.map
-        holders = pm.owners.get(key, ())
-        if owner not in holders:
-            return 1.0
-        parts = shares(holders, pm.replicas.get(key, {}), self.advertised.replicas.get(key))[0]
-        return parts[holders.index(owner)]
+        by_key: dict[str, dict[Owner, float]] = {}  # the first of a repeated holder counts
+
+        def share(key: str, owner: Owner) -> float:
+            if key not in by_key:
+                holders = pm.owners.get(key, ())
+                reps, ads = pm.replicas.get(key, {}), self.advertised.replicas.get(key)
+                parts = shares(holders, reps, ads)[0]
+                by_key[key] = dict(zip(reversed(holders), reversed(parts), strict=True))
+            return by_key[key].get(owner, 1.0)
+
+        return share
 
     def _api_times(self, owner: Owner) -> tuple[float | None, float | None]:
         info = self.watcher.pod_by_name(owner.namespace, owner.pod) if self.watcher else None
