@@ -6,9 +6,9 @@
 For each module, mutmut (2.5.1, from PyPI) mutates it in a copy of the working tree (the
 files git tracks or would track, edits included), running only that module's test files
 from the table once per mutant. A mutant is killed when its tests fail (exit status other
-than 0) or time out. Prints killed/total per module and each survivor's diff that the
-module's survivors file does not name; exits 1 when a module has under 90 % killed or an
-unnamed survivor, 2 on a bad argument or a missing tool.
+than 0), time out or take over 4 GiB (MemoryError). Prints killed/total per module and
+each survivor's diff that the module's survivors file does not name; exits 1 when a module
+has under 90 % killed or an unnamed survivor, 2 on a bad argument or a missing tool.
 """
 
 from __future__ import annotations
@@ -38,6 +38,18 @@ MIN_KILLED = 0.90  # the share of a module's mutants its tests must kill
 DONE = {"ok_killed": True, "bad_timeout": True, "ok_suspicious": True, "bad_survived": False}
 WATCH_S = 10.0  # seconds between looks at whether mutmut's worker is alive
 RESTARTS = 10
+MEMORY = 4 << 30  # bytes of address space a run of the tests may take
+# pytest in mutmut's own child, so that killing it at the timeout (a mutant that loops for
+# ever) ends the tests: pytest under ``sh -c`` lived on, holding the output mutmut waits
+# on. Any failure exits 1: mutmut 2 counts only 1 as one (pytest exits 2 when a mutant
+# breaks the import), and a run the kernel kills for memory as passing, so a mutant that
+# eats memory gets MemoryError at MEMORY instead, and the machine keeps the rest.
+RUNNER = (
+    sys.executable, "-c",
+    "import resource, sys, pytest; resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2);"
+    " sys.exit(pytest.main(sys.argv[2:]) and 1)",
+    str(MEMORY), "-x", "-q", "-p", "no:cacheprovider",
+)  # fmt: skip
 NAMED = re.compile(r"^\|\s*(\d+(?:-\d+)?(?:\s*,\s*\d+(?:-\d+)?)*)\s*\|", re.M)
 
 
@@ -163,11 +175,9 @@ def run(target: Target, keep: Path | None = None) -> tuple[Result, dict[int, str
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         copy = keep or Path(tmp)
         _copy(copy)
-        # pytest exits 2 when a mutant breaks the import: mutmut 2 counts only 1 as a failure
-        tests = " ".join(shlex.quote(t) for t in target.tests)
-        runner = f"{sys.executable} -m pytest -x -q -p no:cacheprovider {tests} || exit 1"
         t0 = time.monotonic()
-        args = ("--paths-to-mutate", target.module, "--runner", f"sh -c {shlex.quote(runner)}")
+        runner = shlex.join([*RUNNER, *target.tests])
+        args = ("--paths-to-mutate", target.module, "--runner", runner)
         log = _run_mutmut(copy, target.module, args)
         seconds = time.monotonic() - t0
         stored = _statuses(copy) if (copy / ".mutmut-cache").is_file() else []

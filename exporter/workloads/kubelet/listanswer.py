@@ -62,7 +62,7 @@ class _Repeated:
     per_parent: int = 0  # 1: counted per parent message, not per answer
 
 
-TEXT = "text"  # a string field the mapper reads: kept as it is
+TEXT: Any = object()  # a string field the mapper reads: kept as it is
 
 _IDS = ("device_ids", limits.MAX_DEVICE_IDS)
 _ENTRIES = ("device_entries", limits.MAX_DEVICE_ENTRIES)
@@ -157,11 +157,10 @@ class _Walk:
                     raise _OutOfFields
                 kept = self._entry(pods, value, stop, 0) if tag == 0x0A else DROP
             except _OutOfFields:  # keep the pods walked whole; the rest goes
-                self.drops["kubelet_fields"] += 1
+                self.drops["kubelet_fields"] = 1  # once: the walk ends here
                 return b"".join([*parts, buf[run:pos]])
             if kept is not None:
-                if pos > run:
-                    parts.append(buf[run:pos])
+                parts.append(buf[run:pos])
                 if kept is not DROP:
                     parts.append(buf[pos:tag_end] + _encode_varint(len(kept)) + kept)
                 run = stop

@@ -261,13 +261,19 @@ def test_a_sixty_pod_answer_decodes_whole() -> None:
         c = pod.containers.add(name="main")
         c.devices.add(resource_name="nvidia.com/gpu", device_ids=[f"GPU-{i:08x}", f"nvidia{i}"])
         dr = c.dynamic_resources.add(claim_name=f"claim-{i}", claim_namespace="ns")
-        dr.claim_resources.add(driver_name="gpu.nvidia.com", pool_name="node", device_name="gpu-0")
+        r = dr.claim_resources.add(driver_name="gpu.nvidia.com", pool_name="n", device_name="gpu-0")
+        if i % 2:
+            r.share_id = f"share-{i}"  # a shared device's share (DRA consumable capacity)
     raw = resp.SerializeToString()
     assert listanswer._Walk(raw).answer() is None  # nothing to leave out: handed on as it is
     got, drops = listanswer.decode(raw)
     assert got == resp and drops == Counter()
     assert got.pod_resources[59].containers[0].devices[0].device_ids == ["GPU-0000003b", "nvidia59"]
-    assert got.pod_resources[0].containers[0].dynamic_resources[0].claim_resources[0].share_id == ""
+    shares = [p.containers[0].dynamic_resources[0].claim_resources[0] for p in got.pod_resources]
+    assert [(r.HasField("share_id"), r.share_id) for r in shares[:2]] == [
+        (False, ""),
+        (True, "share-1"),
+    ]
 
 
 def test_fields_the_mapper_does_not_read_are_left_out() -> None:
@@ -282,6 +288,26 @@ def test_fields_the_mapper_does_not_read_are_left_out() -> None:
     assert list(c.cpu_ids) == [] and list(c.memory) == []
     assert not c.devices[0].HasField("topology")
     assert plain(got) == plain(resp)
+    kept = pb.ListPodResourcesResponse()
+    c = kept.pod_resources.add(name="p", namespace="ns").containers.add(name="main")
+    c.devices.add(resource_name="nvidia.com/gpu", device_ids=["GPU-1"])
+    # protobuf holds the fields read and nothing else (it keeps unknown fields' bytes)
+    assert got.SerializeToString() == kept.SerializeToString()
+
+
+def test_names_of_every_length_are_kept_beside_a_field_left_out() -> None:
+    # each name's length, and its container and pod rebuilt without the cpu_ids, are
+    # written in one, two or three bytes
+    for chars in [*range(300), *range(16_370, 16_400)]:
+        resp = pb.ListPodResourcesResponse()
+        c = resp.pod_resources.add(name="p" * chars).containers.add(name="c" * chars)
+        c.cpu_ids.append(1)
+        got, drops = listanswer.decode(resp.SerializeToString())
+        assert drops == Counter()
+        assert [(p.name, [c.name for c in p.containers]) for p in got.pod_resources] == [
+            ("p" * chars, ["c" * chars])
+        ], chars
+        assert list(got.pod_resources[0].containers[0].cpu_ids) == []
 
 
 def _pod(body: bytes) -> bytes:
@@ -310,33 +336,45 @@ def test_fields_the_mapper_does_not_read_are_skipped(raw: bytes) -> None:
     assert got == theirs
 
 
-MALFORMED = {
-    "truncated varint": bytes([0x10, 0x96]),
-    "truncated tag": bytes([0x8A]),
-    "truncated length": bytes([0x0A, 0x80]),
-    "length past the end": bytes([0x0A, 0x05, 0x0A, 0x01]),
-    "length past its message": _pod(bytes([0x0A, 0x03, 0x41])) + bytes([0x10, 0x01]),
-    "truncated fixed64": bytes([0x19, 1, 2, 3]),
-    "end group": bytes([0x14]),
-    "wire type 6": bytes([0x16, 0x00]),
-    "wire type 7": bytes([0x17, 0x00]),
-    "field number 0": bytes([0x02, 0x00]),
-    "varint over 10 bytes": bytes([0x10, *[0xFF] * 10, 0x01]),
-    "tag over 5 bytes": bytes([0x8A, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00]),
-    "tag over 32 bits": bytes([0x8A, 0x80, 0x80, 0x80, 0x10, 0x00]),
-    "length over 5 bytes": bytes([0x0A, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00]),
-    "pod name not UTF-8": _pod(bytes([0x0A, 0x01, 0xFF])),
-    "device ID a surrogate": _pod(bytes([0x1A, 0x07, 0x12, 0x05, 0x12, 0x03, 0xED, 0xA0, 0x80])),
+VARINT = "a truncated or overlong varint"
+PAST = "a field runs past the end of its message"
+OVER_32 = "a field tag over 32 bits"
+NOT_UTF8 = "protobuf does not decode it (a string that is not UTF-8?)"
+MALFORMED = {  # the bytes, and the reason the refusal gives
+    "truncated varint": (bytes([0x10, 0x96]), VARINT),
+    "truncated tag": (bytes([0x8A]), VARINT),
+    "truncated length": (bytes([0x0A, 0x80]), VARINT),
+    "a pod ending in a tag": (_pod(bytes([0x0A])), VARINT),
+    "a pod ending in a tag, a field after it": (_pod(bytes([0x0A])) + bytes([0x10, 0x01]), VARINT),
+    "length past the end": (bytes([0x0A, 0x05, 0x0A, 0x01]), PAST),
+    "length past its message": (_pod(bytes([0x0A, 0x03, 0x41])) + bytes([0x10, 0x01]), PAST),
+    "truncated fixed64": (bytes([0x19, 1, 2, 3]), PAST),
+    "end group": (bytes([0x14]), "wire type 4 (a group, or none)"),
+    "wire type 6": (bytes([0x16, 0x00]), "wire type 6 (a group, or none)"),
+    "wire type 7": (bytes([0x17, 0x00]), "wire type 7 (a group, or none)"),
+    "largest tag": (bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F]), "wire type 7 (a group, or none)"),
+    "field number 0": (bytes([0x02, 0x00]), "field number 0"),
+    "varint over 10 bytes": (bytes([0x10, *[0xFF] * 10, 0x01]), VARINT),
+    "tag over 5 bytes": (bytes([0x8A, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00]), VARINT),
+    "tag over 32 bits": (bytes([0x8A, 0x80, 0x80, 0x80, 0x10, 0x00]), OVER_32),
+    "tag of 2**32": (bytes([0x80, 0x80, 0x80, 0x80, 0x10, 0x00]), OVER_32),
+    "length over 5 bytes": (bytes([0x0A, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00]), VARINT),
+    "pod name not UTF-8": (_pod(bytes([0x0A, 0x01, 0xFF])), NOT_UTF8),
+    "device ID a surrogate": (
+        _pod(bytes([0x1A, 0x07, 0x12, 0x05, 0x12, 0x03, 0xED, 0xA0, 0x80])),
+        NOT_UTF8,
+    ),
 }
 
 
-@pytest.mark.parametrize("raw", MALFORMED.values(), ids=MALFORMED.keys())
-def test_malformed_answers_are_refused_as_protobuf_refuses_them(raw: bytes) -> None:
+@pytest.mark.parametrize(("raw", "reason"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_malformed_answers_are_refused_as_protobuf_refuses_them(raw: bytes, reason: str) -> None:
     theirs, got = outcomes(raw)
     assert theirs is None
     assert isinstance(got, listanswer.InvalidAnswer)
-    with pytest.raises(KubeletUnavailable, match=INVALID):
+    with pytest.raises(KubeletUnavailable) as e:
         parse(raw)
+    assert str(e.value) == f"{INVALID} ({reason})"  # the warning the mapper logs
 
 
 UNREAD_MALFORMED = {

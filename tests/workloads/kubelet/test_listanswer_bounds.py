@@ -21,6 +21,7 @@ def test_two_million_empty_pods_become_two_thousand_messages() -> None:
     raw = b"\x0a\x00" * (MAX_MESSAGE // 2)  # 4 MiB: 2,097,152 empty PodResources
     got, drops = listanswer.decode(raw)
     assert len(got.pod_resources) == limits.MAX_KUBELET_PODS
+    assert got.ByteSize() == 2 * limits.MAX_KUBELET_PODS  # those pods' bytes, nothing else
     # each entry past the bound is counted while the walk has fields left; then it stops
     assert drops == Counter(
         kubelet_pods=limits.MAX_LIST_FIELDS - limits.MAX_KUBELET_PODS, kubelet_fields=1
@@ -34,7 +35,8 @@ def test_pods_past_the_bound_are_dropped_and_counted() -> None:
         c.devices.add(resource_name="nvidia.com/gpu", device_ids=[f"GPU-{i}"])
     got, drops = decode(resp)
     assert drops == Counter(kubelet_pods=500)
-    assert list(got.pod_resources) == list(resp.pod_resources)[: limits.MAX_KUBELET_PODS]
+    kept = pb.ListPodResourcesResponse(pod_resources=resp.pod_resources[: limits.MAX_KUBELET_PODS])
+    assert got.SerializeToString() == kept.SerializeToString()  # those pods, nothing else
 
 
 def test_containers_are_bounded_per_pod() -> None:
@@ -94,3 +96,39 @@ def test_the_walk_stops_at_its_field_budget_keeping_whole_pods() -> None:
     fields_per_pod = 1 + 2 + 100  # the entry, its name and namespace, its containers
     n = limits.MAX_LIST_FIELDS // fields_per_pod
     assert list(got.pod_resources) == list(resp.pod_resources)[:n]  # whole pods, in order
+
+
+def test_a_dra_devices_cdi_names_count_as_device_ids() -> None:
+    resp = pb.ListPodResourcesResponse()
+    c = resp.pod_resources.add(name="p", namespace="ns").containers.add(name="m")
+    ids = [f"GPU-{j}" for j in range(limits.MAX_DEVICE_IDS - 1)]
+    c.devices.add(resource_name="nvidia.com/gpu", device_ids=ids)
+    device = c.dynamic_resources.add(claim_name="claim").claim_resources.add(
+        driver_name="gpu.nvidia.com", device_name="gpu-0"
+    )
+    device.cdi_devices.add(name="k8s.gpu.nvidia.com/device=gpu-0")
+    got, drops = decode(resp)
+    # the DRA device is the last ID within the bound; its CDI name is one past it
+    assert drops == Counter(device_ids=1)
+    kept = got.pod_resources[0].containers[0].dynamic_resources[0].claim_resources
+    assert [(r.device_name, len(r.cdi_devices)) for r in kept] == [("gpu-0", 0)]
+
+
+def test_the_field_budget_counts_cdi_names_at_the_deepest_level() -> None:
+    # the first pod: its entry, container, claim, then per CDI name its device, its CDI
+    # entry and the name; each other pod: its entry, name, namespace and 100 containers
+    cdi_names, pods = 9947, 1652  # within the device-ID and pod bounds
+    assert 3 + 3 * cdi_names + pods * (1 + 2 + 100) == limits.MAX_LIST_FIELDS
+    resp = pb.ListPodResourcesResponse()
+    device = resp.pod_resources.add().containers.add().dynamic_resources.add()
+    for i in range(cdi_names):
+        device.claim_resources.add().cdi_devices.add(name=f"cdi/device={i}")
+    for i in range(pods):
+        pod = resp.pod_resources.add(name=f"p-{i}", namespace="ns")
+        for _ in range(100):
+            pod.containers.add()  # an empty container: one field
+    got, drops = decode(resp)
+    assert got == resp and drops == Counter()  # every field within the budget
+    # one more pod: one field past it
+    got, drops = listanswer.decode(resp.SerializeToString() + bytes([0x0A, 0x00]))
+    assert got == resp and drops == Counter(kubelet_fields=1)
