@@ -17,6 +17,7 @@ import re
 _LENGTH = re.compile(rb"\r?\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r?\n", re.IGNORECASE)
 _CODINGS = re.compile(rb"\r?\ntransfer-encoding[ \t]*:([^\r\n]*)", re.IGNORECASE)
 _CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,15})[ \t]*(?:;[^\r\n]*)?\r?")  # then the LF
+_BLANK_LINE = re.compile(rb"\r\n\r\n|\n\n")  # ends a head or a trailer section
 
 # What the bytes being read are: a request head, a chunk-size line, the line end after a
 # chunk's data, a trailer section; or (LOST) framing not followed: everything counts.
@@ -45,12 +46,10 @@ class HeaderBudget:
                 continue
             if self.state == HEAD and not self.head:
                 view = view[_blank_lines(view) :]  # RFC 9112 2.2: empty lines before a request
-                if not len(view):
-                    break
             start = max(0, len(self.head) - 3)
             self.head += view
-            end = -1 if self.state == LOST else _part_end(self.head, start, self.state)
-            if end < 0:
+            end = None if self.state == LOST else _part_end(self.head, start, self.state)
+            if end is None:
                 return len(self.head) <= self.limit
             if end > self.limit:
                 return False
@@ -65,7 +64,7 @@ class HeaderBudget:
         if self.state == HEAD:
             codings = _CODINGS.findall(part)
             if codings:  # RFC 9112 6.3: Transfer-Encoding overrides Content-Length
-                last = codings[-1].rsplit(b",", 1)[-1].strip().lower()
+                last = codings[-1].rpartition(b",")[2].strip().lower()
                 self.state = SIZE if last == b"chunked" else LOST
                 return
             m = _LENGTH.search(part)
@@ -92,19 +91,17 @@ def _blank_lines(view: memoryview) -> int:
     return n
 
 
-def _part_end(buf: bytearray, start: int, state: int) -> int:
-    """Index just past the end of the part of ``state`` in ``buf`` (from ``start``), or -1:
+def _part_end(buf: bytearray, start: int, state: int) -> int | None:
+    """Index just past the end of the part of ``state`` in ``buf`` (from ``start``), or None:
     a head ends at a blank line, a chunk-size line and a chunk's line end at the first LF,
     a trailer section at a blank line or at once, when it is empty."""
     if state in (SIZE, DATA_END):
         lf = buf.find(b"\n", start)
-        return lf + 1 if lf >= 0 else -1
+        return lf + 1 if lf >= 0 else None
     if state == TRAILERS:
         if buf.startswith(b"\n"):
             return 1
         if buf.startswith(b"\r\n"):
             return 2
-    crlf, lf = buf.find(b"\r\n\r\n", start), buf.find(b"\n\n", start)
-    if crlf >= 0 and (lf < 0 or crlf <= lf):
-        return crlf + 4
-    return lf + 2 if lf >= 0 else -1
+    blank = _BLANK_LINE.search(buf, start)  # the first CRLF CRLF or LF LF
+    return blank.end() if blank else None

@@ -27,19 +27,23 @@ ALL_LINKS = 0xFFFFFFFF  # NVML scopeId meaning "summed over every NVLink"
 
 
 class Scope(enum.Enum):
-    DEVICE = "device"  # one series per physical GPU (temperature, power, clocks, ECC, PCIe)
-    INSTANCE = "instance"  # one per whole GPU and per MIG instance (framebuffer, GPM)
+    """Which series a field has: DEVICE, one per physical GPU (temperature, power, clocks,
+    ECC, PCIe); INSTANCE, one per whole GPU and per MIG instance (framebuffer, GPM).
+    Members are compared by identity; their values mean nothing."""
+
+    DEVICE, INSTANCE = range(2)
 
 
 class Source(enum.Enum):
-    FIELD = "field"  # nvmlDeviceGetFieldValues, batched per device
-    CALL = "call"  # one NVML call, shared by the fields that read it
-    GPM = "gpm"  # GPM metric from two samples (Hopper and newer)
-    XID = "xid"  # the XID event thread
-    LABEL = "label"  # identity string read once at enumeration
-    DERIVED = "derived"  # computed by the exporter from other fields (DCGM_EXP_* families)
-    P2P = "p2p"  # nvmlDeviceGetP2PStatus per GPU pair, read once per set of GPUs
-    FABRIC = "fabric"  # nvmlDeviceGetGpuFabricInfoV per GPU (exporter/nvml/fabric.py)
+    """Where NVML gets a field: FIELD, nvmlDeviceGetFieldValues, batched per device; CALL,
+    one NVML call shared by the fields that read it; GPM, a GPM metric from two samples
+    (Hopper and newer); XID, the XID event thread; LABEL, an identity string read once at
+    enumeration; DERIVED, computed by the exporter from other fields (DCGM_EXP_* families);
+    P2P, nvmlDeviceGetP2PStatus per GPU pair, read once per set of GPUs; FABRIC,
+    nvmlDeviceGetGpuFabricInfoV per GPU (exporter/nvml/fabric.py). Members are compared by
+    identity; their values mean nothing."""
+
+    FIELD, CALL, GPM, XID, LABEL, DERIVED, P2P, FABRIC = range(8)
 
 
 @dataclass(frozen=True, slots=True)

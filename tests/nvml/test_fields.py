@@ -9,6 +9,8 @@ import pytest
 
 from exporter.nvml import reader
 from exporter.nvml.fields import FIELDS
+from tests.sim.handles import handle
+from tests.support.simnode import node
 
 INTEGER = FIELDS["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"]
 FLOAT = dataclasses.replace(INTEGER, integer=False)  # a double is read as dVal only here
@@ -64,3 +66,23 @@ def test_brands_are_named_as_dcgm_names_them():
     assert pick is not None
     assert {b: pick(b) for b in BRANDS} == BRANDS
     assert [pick(b) for b in (-1, 17, 99)] == ["Unknown"] * 3
+
+
+def test_a_driver_without_the_newer_calls_is_read_through_the_older_ones():
+    """R470 predates nvmlDeviceGetMemoryInfo_v2 (R510), nvmlDeviceGetCurrentClocksEventReasons
+    (R535) and nvmlDeviceGetTemperatureV (R570): their fields are served from the older
+    calls, as the driver answers those."""
+    gpu = {"model": "NVIDIA A100-SXM4-80GB", "load": {"util": 50}}
+    with node({"driver_version": "470.256.02", "gpus": [gpu]}) as n:
+        N.nvmlInit()  # the test's own reading, beside the collector's
+        h = handle(0)
+        mem = N.nvmlDeviceGetMemoryInfo(h)  # nvmlMemory_t: total, free, used in bytes
+        want = {
+            "DCGM_FI_DEV_FB_TOTAL": mem.total >> 20,
+            "DCGM_FI_DEV_FB_FREE": mem.free >> 20,
+            "DCGM_FI_DEV_FB_USED": mem.used >> 20,
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": N.nvmlDeviceGetCurrentClocksThrottleReasons(h),
+            "DCGM_FI_DEV_GPU_TEMP": N.nvmlDeviceGetTemperature(h, N.NVML_TEMPERATURE_GPU),
+        }
+        got = n.gpu(n.cycle(1.0), 0)
+    assert {name: got.get(name) for name in want} == want

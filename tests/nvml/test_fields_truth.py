@@ -20,7 +20,7 @@ import pytest
 
 from exporter.catalog.metricsfile import parse
 from exporter.catalog.renames import renames
-from exporter.nvml.fields import FIELDS, Source
+from exporter.nvml.fields import FIELDS, Scope, Source
 from tests.sim.handles import handle, mig_handles
 from tests.support.catalogs import ALL_ROWS_TEXT, EXTENDED
 from tests.support.simnode import node
@@ -218,7 +218,7 @@ _NEW = [
 _TEXT = ALL_ROWS_TEXT + "\n".join(_NEW) + "\n"
 CATALOG = parse(_TEXT, "all-rows-and-4.10.csv", dcgm47=True)  # the new names as 4.10 reads them
 LISTED = {line.split(",")[0] for line in _TEXT.splitlines() if line.startswith("DCGM_")}
-INSTANCE = {n for n, f in FIELDS.items() if f.scope.value == "instance"}
+INSTANCE = {n for n, f in FIELDS.items() if f.scope is Scope.INSTANCE}
 
 
 def _gpm(s0: Any, s1: Any) -> dict[str, float]:

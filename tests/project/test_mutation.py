@@ -26,7 +26,7 @@ def test_every_row_names_a_module_and_test_files_that_exist() -> None:
 
 def test_a_survivors_file_names_the_numbers_of_its_table_rows_first_cells(tmp_path) -> None:
     got = mutation.named(mutation.ROOT / "tests/http/headers-mutants.md")
-    assert got == {13, 25, 28, 29, 33, 36, 37, 52, 97, 106, 107, 108, 109, 110, 117, 118, 120}
+    assert got == {15, 28}
     f = tmp_path / "m.md"
     f.write_text("| mutant | change |\n|---|---|\n| 3 | x |\n| 5, 6, 11-13 | y |\nsee 9 |\n")
     assert mutation.named(f) == {3, 5, 6, 11, 12, 13}
