@@ -62,7 +62,6 @@ class Attribution:
         self._watcher_failed = ""
         self._holders: Mapping[str, Holder] = MappingProxyType({})
         self._sharers: Mapping[str, tuple[Holder, ...]] = MappingProxyType({})
-        self._built_from: PodMap | None = None  # the map the holders were built from
         # host PID -> (its /proc entry is visible, its container)
         self._containers: dict[int, tuple[bool, ContainerRef | None]] = {}
         self.duration = 0.0
@@ -133,10 +132,9 @@ class Attribution:
             self.sightings.see(self.mapper.map.owners, self._share, now)
 
     def _share(self, key: str, owner: Owner) -> float:
+        """``owner``'s part of device ``key`` (one of its holders in the mapper's map)."""
         pm = self.mapper.map
-        holders = pm.owners.get(key, ())
-        if owner not in holders:
-            return 1.0
+        holders = pm.owners[key]
         parts = shares(holders, pm.replicas.get(key, {}), self.advertised.replicas.get(key))[0]
         return parts[holders.index(owner)]
 
@@ -165,15 +163,12 @@ class Attribution:
                 self.advertised.status = "kubelet GetAllocatableResources did not answer in time"
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
-        if pm is self._built_from and self.watcher is None:
-            return  # the mapper reused its map: the holders are the last ones
         holders, sharers = self._build_holders(pm)
         # unchanged holders stay the same objects, so the exposition keeps its label text
         if holders != self._holders:
             self._holders = holders
         if sharers != self._sharers:
             self._sharers = sharers
-        self._built_from = pm
 
     def unknown(self, now: float) -> str:
         """Why who holds what is not known at ``now`` (the collector's unix seconds): the
@@ -183,7 +178,7 @@ class Attribution:
             self._good_at = now
         if not self.mapper.status or now - self._good_at <= STALE_S:
             return ""
-        return self.mapper.reason or "kubelet_unavailable"
+        return self.mapper.reason  # set with every status (mapper.py)
 
     @property
     def joinable(self) -> bool:
@@ -275,7 +270,7 @@ class Attribution:
             visible = ref is not None or os.path.isdir(os.path.join(self.cfg.host_proc, str(pid)))
             got = self._containers[pid] = (visible, ref)
         visible, ref = got
-        if ref is None or self.watcher is None:
+        if ref is None:  # called only while joinable: the watcher is there
             return visible, None
         info = self.watcher.pod(ref.pod_uid)
         if info is None:
