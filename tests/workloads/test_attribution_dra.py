@@ -6,7 +6,6 @@ claims) and a real HTTP API server (the fake one, found through KUBECONFIG)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from exporter.config.model import KubeConfig
 from exporter.frame import Unhealthy
 from exporter.snapshot import Snapshot
 from exporter.workloads.attribution import Attribution
+from tests.support.dranode import kubeconfig
 from tests.support.fakeapi import FakeAPIServer
 from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
@@ -99,13 +99,7 @@ def node(tmp_path, monkeypatch, inventory):
         ),
     ]
     api = FakeAPIServer(pods=pods, slices=slices).start()
-    cfg = tmp_path / "kubeconfig"
-    cluster = {"name": "f", "cluster": {"server": api.url}}
-    context = {"name": "f", "context": {"cluster": "f", "user": "u"}}
-    doc = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster], "contexts": [context]}
-    doc |= {"users": [{"name": "u", "user": {"token": "t"}}], "current-context": "f"}
-    cfg.write_text(json.dumps(doc))
-    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", api.url)))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "")
     gpus, migs = inventory
     snap = Snapshot(

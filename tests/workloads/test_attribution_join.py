@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -22,6 +21,7 @@ from exporter.snapshot import Snapshot
 from exporter.workloads.attribution import Attribution
 from exporter.workloads.sharing import UNATTRIBUTED
 from exporter.workloads.usage import HELD_PER_CYCLE
+from tests.support.dranode import kubeconfig
 from tests.support.fakeapi import FakeAPIServer
 from tests.support.fakeapi import load as load_api
 
@@ -86,20 +86,7 @@ class HostProc:
 @pytest.fixture
 def api(tmp_path, monkeypatch):
     server = FakeAPIServer(_pods()).start()
-    cfg = tmp_path / "kubeconfig"
-    cfg.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "f", "cluster": {"server": server.url}}],
-                "users": [{"name": "u", "user": {"token": "t"}}],
-                "contexts": [{"name": "f", "context": {"cluster": "f", "user": "u"}}],
-                "current-context": "f",
-            }
-        )
-    )
-    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kubeconfig", server.url)))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "")
     yield server
     server.stop()
