@@ -62,7 +62,6 @@ class Attribution:
         self._watcher_failed = ""
         self._holders: Mapping[str, Holder] = MappingProxyType({})
         self._sharers: Mapping[str, tuple[Holder, ...]] = MappingProxyType({})
-        self._built_from: PodMap | None = None  # the map the holders were built from
         # host PID -> (its /proc entry is visible, its container)
         self._containers: dict[int, tuple[bool, ContainerRef | None]] = {}
         self.duration = 0.0
@@ -140,11 +139,11 @@ class Attribution:
 
         def share(key: str, owner: Owner) -> float:
             if key not in by_key:
-                holders = pm.owners.get(key, ())
+                holders = pm.owners[key]
                 reps, ads = pm.replicas.get(key, {}), self.advertised.replicas.get(key)
                 parts = shares(holders, reps, ads)[0]
                 by_key[key] = dict(zip(reversed(holders), reversed(parts), strict=True))
-            return by_key[key].get(owner, 1.0)
+            return by_key[key][owner]
 
         return share
 
@@ -173,15 +172,12 @@ class Attribution:
                 self.advertised.status = "kubelet GetAllocatableResources did not answer in time"
         if pm.shared:
             self._start_watcher()  # joining processes to pods needs pod UIDs
-        if pm is self._built_from and self.watcher is None:
-            return  # the mapper reused its map: the holders are the last ones
         holders, sharers = self._build_holders(pm)
         # unchanged holders stay the same objects, so the exposition keeps its label text
         if holders != self._holders:
             self._holders = holders
         if sharers != self._sharers:
             self._sharers = sharers
-        self._built_from = pm
 
     def unknown(self, now: float) -> str:
         """Why who holds what is not known at ``now`` (the collector's unix seconds): the
@@ -191,7 +187,7 @@ class Attribution:
             self._good_at = now
         if not self.mapper.status or now - self._good_at <= STALE_S:
             return ""
-        return self.mapper.reason or "kubelet_unavailable"
+        return self.mapper.reason  # set with every status (mapper.py)
 
     @property
     def joinable(self) -> bool:
@@ -283,7 +279,7 @@ class Attribution:
             visible = ref is not None or os.path.isdir(os.path.join(self.cfg.host_proc, str(pid)))
             got = self._containers[pid] = (visible, ref)
         visible, ref = got
-        if ref is None or self.watcher is None:
+        if ref is None:  # called only while joinable: the watcher is there
             return visible, None
         info = self.watcher.pod(ref.pod_uid)
         if info is None:

@@ -10,7 +10,7 @@ from exporter.config.model import default_metrics_file
 from tests.support.fakekubelet import FakeKubelet, fleet_ids, load_pods
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def inventory():
     """(GPUs by index, MIG instances by (index, GI)) of one cycle on the default node."""
     sim.install(None)

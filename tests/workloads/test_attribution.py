@@ -4,6 +4,7 @@ meanwhile, and which devices get a holder of their own."""
 
 from __future__ import annotations
 
+import asyncio
 from types import MappingProxyType
 
 import pytest
@@ -12,6 +13,7 @@ from exporter.config.model import KubeConfig
 from exporter.nvml.devices import Device
 from exporter.nvml.processes import ProcUse
 from exporter.snapshot import Snapshot
+from exporter.workloads.advertised import SOONEST_S
 from exporter.workloads.attribution import STALE_S, Attribution
 from tests.workloads.test_advertised import plugin
 
@@ -120,12 +122,20 @@ async def test_before_the_first_refresh_no_device_has_a_holder(kubelet):
         await attr.close()
 
 
-async def test_pod_uids_alone_start_the_api_server_watch(kubelet, monkeypatch):
-    """--kubernetes-pod-uid needs the API server: it is watched from the start (its state
-    served as gpu_exporter_kube_api_up), not only once a GPU is shared."""
+@pytest.mark.parametrize(
+    "flag",
+    [{"pod_uid": True}, {"pod_labels": "team"}, {"dcgm_pod_labels": True}, {"dra": True}],
+    ids=["pod_uid", "pod_labels", "dcgm_pod_labels", "dra"],
+)
+async def test_each_flag_that_needs_the_api_server_alone_starts_its_watch(
+    kubelet, monkeypatch, flag
+):
+    """--kubernetes-pod-uid, either pod-label flag and DRA need the API server: it is
+    watched from the start (its state served as gpu_exporter_kube_api_up), not only once
+    a GPU is shared."""
     monkeypatch.setenv("KUBECONFIG", "/nonexistent")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "")
-    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2, pod_uid=True))
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2, **flag))
     try:
         assert attr.watcher is not None and attr.status().api_up is not None
     finally:
@@ -256,3 +266,82 @@ async def test_holders_follow_the_kubelet_without_an_api_server(kubelet, snap, i
         assert attr.holders() == {}
     finally:
         await attr.close()
+
+
+async def test_a_get_allocatable_resources_that_hangs_is_given_up_at_the_timeout_plus_1_s(
+    kubelet, snap, inventory
+):
+    """timeout_s 1: List answers, GetAllocatableResources never does (a client past its
+    own deadline): the cycle's refresh gives it up after 2 s in all, the pod labels stay
+    on, and the time-sliced GPU's shares are over the replicas held. It is asked again
+    EVERY_S later, not SOONEST_S (as after an answer that lacks a held replica)."""
+    gpus, _ = inventory
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=1))
+    asked = []
+
+    async def hang() -> bytes:
+        asked.append(1)
+        await asyncio.sleep(60)
+        return b""
+
+    attr.client.allocatable_bytes = hang  # type: ignore[method-assign]
+    try:
+        await attr.refresh(snap)
+        assert 2.0 <= attr.duration < 2.8  # seconds
+        assert not attr.mapper.status and attr.holders()[gpus[0].key].owner.pod == "train-0"
+        use = attr.usage(snap)[gpus[1].key]
+        assert (use.replicas, use.basis) == (4, "held")
+        attr.advertised._asked_at -= SOONEST_S  # as if SOONEST_S had passed
+        await attr.refresh(snap)
+        assert len(asked) == 1
+    finally:
+        await attr.close()
+
+
+async def test_the_kubelet_asked_between_cycles_dates_a_holders_end(
+    kubelet, snap, inventory, caplog
+):
+    """Before the first cycle nothing is asked (nor logged); after it, an answer between
+    cycles that no longer lists train-0 ends its hold midway between the two answers."""
+    gpus, _ = inventory
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2))
+    try:
+        await attr.sight(T0 - 5.0)
+        assert kubelet.calls == 0 and caplog.records == []
+        await attr.refresh(snap)
+        attr.windows()  # the holders the first answer listed: no start known
+        left = type(kubelet.pods)()
+        left.pod_resources.extend(p for p in kubelet.pods.pod_resources if p.name != "train-0")
+        kubelet.pods = left
+        await attr.sight(T0 + 5.0)
+        gone = attr.windows()[(gpus[0].key, "ml", "train-0", "trainer")]
+        assert (gone.start, gone.end, gone.share) == (None, T0 + 2.5, 1.0)
+    finally:
+        await attr.close()
+
+
+async def test_a_failing_ask_between_cycles_is_logged(kubelet, snap, caplog):
+    attr = Attribution(KubeConfig("n", str(kubelet.socket_path), timeout_s=2))
+
+    async def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    try:
+        await attr.refresh(snap)
+        attr.mapper.refresh = broken  # type: ignore[method-assign]
+        await attr.sight(T0 + 5.0)
+        logged = [r.getMessage() for r in caplog.records if r.name == attr.__module__]
+        assert logged == ["kubelet asked between cycles: RuntimeError: boom"]
+    finally:
+        await attr.close()
+
+
+async def test_the_advertised_replicas_are_asked_when_due_not_every_cycle(
+    attribution, kubelet, snap
+):
+    """Two cycles a moment apart: List each cycle, GetAllocatableResources only in the
+    first (the kubelet rate-limits its pod-resources calls)."""
+    await attribution.refresh(snap)
+    assert kubelet.calls == 2  # List, GetAllocatableResources
+    await attribution.refresh(snap)
+    assert kubelet.calls == 3  # List
