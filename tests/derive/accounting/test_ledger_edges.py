@@ -13,7 +13,7 @@ import pytest
 
 from exporter.derive.accounting.ledger import Ledger
 from exporter.exposition.accounting import AccountText
-from exporter.frame import Claim, Window
+from exporter.frame import Claim, DeviceUse, Window
 from exporter.nvml.devices import Device
 from tests.derive.accounting.test_ledger import ENERGY, UTIL, gpu, held, mig, served, snap
 from tests.support.exposition import samples
@@ -223,3 +223,14 @@ def test_a_pod_that_came_and_went_is_kept_for_the_retention_from_the_cycle_that_
             assert pods(ledger) == {"e"}
     assert pods(ledger) == set()
     assert ledger.dropped["retention"] == 1
+
+
+def test_only_devices_held_in_replicas_have_a_share_replicas_series() -> None:
+    g0, g1, g2 = gpu(0), gpu(1), gpu(2)
+    uses = {
+        g0.key: DeviceUse((Claim("ml", "a", "c", 0.5),), replicas=2, basis="advertised"),
+        g1.key: held(Claim("ml", "b", "c")),
+    }
+    text, _ = AccountText().families(Ledger().accounts(uses, [g0, g1, g2]))
+    got = [s for s in samples(text) if s.name == "gpu_exporter_accounting_share_replicas"]
+    assert [(s.labels["gpu"], s.labels["basis"], s.value) for s in got] == [("0", "advertised", 2)]
