@@ -20,6 +20,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from exporter.derive.accounting.plan import GpuPlan, Planner, Share
 from exporter.frame import (
@@ -217,9 +218,9 @@ class Ledger:
                 free -= held * share[2]
                 rest -= held / dt * share[5]
         gpu.unallocated += max(free, 0.0)
-        if joules is not None and split is not None:
-            gpu.unattributed += joules * max(rest, 0.0)
-            gpu.activity_rest += max(joules * (1.0 - last.unknown) - split.given, 0.0)
+        if split is not None:  # the interval's energy is known
+            gpu.unattributed += split.joules * max(rest, 0.0)
+            gpu.activity_rest += max(split.joules * (1.0 - last.unknown) - split.given, 0.0)
         if last.unknown > 0:
             got = gpu.unknown.setdefault(last.reason, [0.0, 0.0])
             got[0] += dt * last.unknown
@@ -229,8 +230,8 @@ class Ledger:
         """Charge one holder ``held`` seconds of its share; ``split``: the GPU's energy over
         the interval (None: not known)."""
         acc = self.holders.get(share[0])
-        if acc is None or held <= 0:
-            return  # not counted (past max_holders), or not held in the interval
+        if acc is None:
+            return  # not counted (past max_holders)
         _, _, alloc, busy, idle, energy, active = share
         acc.allocated += held * alloc
         acc.busy += held * busy
@@ -275,7 +276,7 @@ class Ledger:
             self._warn.warning(
                 "GPU accounting holds %d holders, its bound; holder %s is not counted",
                 self.max_holders,
-                "/".join(key[1:]) or key[0],
+                "/".join(key[1:]),  # namespace/pod/container
             )
             return None
         acc = self.holders[key] = HolderTotals(key, labels)
@@ -287,10 +288,10 @@ class Ledger:
         O(1) each, not a walk over every holder (20,000 live holders: 3 s a cycle)."""
         if self._evictable is None:
             ended = [a for a in self.holders.values() if a.ended_at is not None]
-            self._evictable = sorted(ended, key=lambda a: a.ended_at or 0.0, reverse=True)
+            self._evictable = sorted(ended, key=attrgetter("ended_at"), reverse=True)
         while self._evictable:
             oldest = self._evictable.pop()
-            if oldest.ended_at is None or self.holders.get(oldest.key) is not oldest:
+            if oldest.ended_at is None:
                 continue  # held again this cycle
             del self.holders[oldest.key]
             self.dropped["limit"] += 1
@@ -331,12 +332,11 @@ class _Split:
         self, gpu: GpuTotals, joules: float, dt: float, active: float, by_model: dict[str, float]
     ) -> None:
         model = dict(gpu.labels).get("modelName", "")
+        # never above what this GPU drew before: its lows are lows of its model
         watts = min(joules / dt, by_model.get(model, math.inf))
-        by_model[model] = watts
-        if gpu.idle_w is None or watts < gpu.idle_w:
-            gpu.idle_w = watts
+        by_model[model] = gpu.idle_w = watts
         self.joules, self.dt, self.active = joules, dt, active
-        self.idle = min(gpu.idle_w * dt, joules)
+        self.idle = min(watts * dt, joules)  # the product can round above joules
         self.above = joules - self.idle
         self.given = 0.0  # joules given to holders so far
 

@@ -10,7 +10,7 @@ import pytest
 
 from exporter.derive.accounting.ledger import Ledger
 from exporter.exposition.accounting import AccountText
-from exporter.frame import Claim
+from exporter.frame import Claim, Window
 from tests.derive.accounting.test_ledger import ENERGY, SM, UTIL, gpu, held, mig, served, snap
 from tests.support.exposition import samples
 
@@ -182,3 +182,30 @@ def test_busy_is_the_gpm_measure_on_whole_gpus_as_on_mig_and_utilization_without
     got = _run([g0, g1], values, uses)
     assert got[("busy_gpu_seconds_total", "gpm")] == pytest.approx(50)
     assert got[("busy_gpu_seconds_total", "util")] == pytest.approx(80)
+
+
+def test_a_holder_that_ended_with_its_device_gone_leaves_the_others_windows_placed() -> None:
+    """a and c share GPU 0 from 0; at 10 GPU 1 is gone with b, which ended at 6 (its window
+    has no device to go on), a ended at 4, and c, which stopped at 3 and began again at 7,
+    holds on (held at both cycles: charged all of it); d held half of it from 5 to 5.5.
+    Each is charged its part, whatever the order of the windows."""
+    g0, g1 = gpu(0), gpu(1)
+    a, b, c = ("GPU-0", "ml", "a", "c"), ("GPU-1", "ml", "b", "c"), ("GPU-0", "ml", "c", "c")
+    d = ("GPU-0", "ml", "d", "c")
+    windows = {
+        c: Window(7.0, 3.0, 0.5),
+        b: Window(None, 6.0),
+        a: Window(None, 4.0, 0.5),
+        d: Window(5.0, 5.5, 0.5),
+    }
+    ledger = Ledger()
+    half_c = Claim("ml", "c", "c", 0.5)
+    uses = {g0.key: held(Claim("ml", "a", "c", 0.5), half_c), g1.key: held(Claim("ml", "b", "c"))}
+    ledger.update(snap(0, [g0, g1]), uses)
+    ledger.update(snap(10, [g0]), {g0.key: held(half_c)}, windows=windows)
+    got = served(ledger)
+    assert got[("allocated_gpu_seconds_total", "a")] == 2
+    assert got[("allocated_gpu_seconds_total", "c")] == 5
+    assert got[("allocated_gpu_seconds_total", "d")] == 0.25
+    assert got[("unallocated_gpu_seconds_total", "0/")] == 2.75
+    assert got[("allocated_gpu_seconds_total", "b")] == 0

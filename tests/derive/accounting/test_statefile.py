@@ -208,3 +208,23 @@ def test_xid_totals_carry_on_with_the_pod_they_were_charged_to(tmp_path, boot, d
         (g0.key, 79, train, 3),
         (g1.key, 13, None, 1),
     ]
+
+
+def test_down_time_adds_up_over_restarts_and_a_clock_set_back_adds_none(tmp_path, boot) -> None:
+    """Down from 60 to 100 and from 130 to 150 (at 100 W); then a process whose clock went
+    back to before the last one's last cycle (180): no down time, none taken away; then
+    one whose first cycle read no energy: down time, no energy."""
+    g = gpu()
+    first = derive(tmp_path, boot)
+    cycles(first, g, 0, 30, 60)
+    first.save()
+    for t0, down in ((100, 40), (150, 60), (170, 60)):
+        later = derive(tmp_path, boot)
+        later._restore(snap(t0, [g]), "580.95.05")
+        cycles(later, g, t0, t0 + 30)
+        later.save()
+        assert later.ledger.accounts({}, []).gpus[0].down == (down, down * 100), t0
+    unread = derive(tmp_path, boot)  # its first cycle could not read the energy counter
+    unread._restore(snap(220, [g]), "580.95.05")
+    unread.ledger.update(snap(220, [g]), {g.key: DeviceUse((Claim("ml", "train", "c"),))})
+    assert unread.ledger.accounts({}, []).gpus[0].down == (80, 6000)
