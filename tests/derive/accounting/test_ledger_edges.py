@@ -46,18 +46,18 @@ def test_the_defaults_are_the_documented_ones() -> None:
     assert ledger.dropped["retention"] == 2
 
 
-def test_past_the_default_bound_of_8192_a_new_holder_is_refused_and_named(caplog) -> None:
+def test_past_the_default_bound_of_2048_a_new_holder_is_refused_and_named(caplog) -> None:
     g = gpu()
     ledger = Ledger()
-    claims = [Claim("ns", f"p{i}", "c", 1 / 8193) for i in range(8193)]
+    claims = [Claim("ns", f"p{i}", "c", 1 / 2049) for i in range(2049)]
     with caplog.at_level(logging.WARNING, "exporter.derive.accounting.ledger"):
         ledger.update(snap(0, [g]), {g.key: held(*claims)})
     text, _ = AccountText().families(ledger.accounts(None, ()))
     assert 'gpu_exporter_accounting_holders_dropped_total{reason="limit"} 1\n' in text
-    assert text.count("\ngpu_exporter_allocated_gpu_seconds_total{") == 8192
-    assert 'pod="p8191"' in text and 'pod="p8192"' not in text
+    assert text.count("\ngpu_exporter_allocated_gpu_seconds_total{") == 2048
+    assert 'pod="p2047"' in text and 'pod="p2048"' not in text
     assert [r.getMessage() for r in caplog.records] == [
-        "GPU accounting holds 8192 holders, its bound; holder ns/p8192/c is not counted"
+        "GPU accounting holds 2048 holders, its bound; holder ns/p2048/c is not counted"
     ]
 
 
