@@ -141,33 +141,29 @@ def test_replica_ids_are_kept_per_container_and_bounded():
     assert len(pm.owners[g.key]) == 4
 
 
-def test_dcgm_4_7_names_split_the_same_shares_in_their_units():
-    """GPU_UTIL_RATIO and FB_USED_BYTES (dcgm-exporter 4.9) split as GPU_UTIL and FB_USED."""
+def _shared_by_a_and_b(values: dict[str, float], dcgm47: bool) -> dict[str, dict]:
+    """Each listed family's value by pod (None: the device's own series) on GPU 0, shared
+    by pods a and b (a: 20 MiB, 55 % SM; b: nothing)."""
     g0 = gpu(0)
-    values = {"DCGM_FI_DEV_GPU_UTIL_RATIO": 0.9, "DCGM_FI_DEV_FB_USED_BYTES": 30 << 20}
     s = snap([g0], values={g0.key: values})
-    rows = "DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\nDCGM_FI_DEV_FB_USED_BYTES, gauge, x\n"
-    catalog = parse(rows, dcgm47=True)
+    catalog = parse("".join(f"{name}, gauge, x\n" for name in values), dcgm47=dcgm47)
     sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b"))}
     splits = [Split(g0, fb={A: 20.0, B: 0.0}, sm={A: 55.0, B: 0.0})]
     b = Stages()
     b.publish(s, catalog, {}, splits, sharers)
     got = samples(b.text)
-    util = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_GPU_UTIL_RATIO", "0")}
-    assert util == {None: 0.9, "a": 0.55, "b": 0.0}
-    fb = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_FB_USED_BYTES", "0")}
-    assert fb == {None: 30 << 20, "a": 20 << 20, "b": 0.0}
+    return {n: {x.labels.get("pod"): x.value for x in pick(got, n, "0")} for n in values}
+
+
+def test_dcgm_4_7_names_split_the_same_shares_in_their_units():
+    """GPU_UTIL_RATIO and FB_USED_BYTES (dcgm-exporter 4.9) split as GPU_UTIL and FB_USED."""
+    values = {"DCGM_FI_DEV_GPU_UTIL_RATIO": 0.9, "DCGM_FI_DEV_FB_USED_BYTES": 30 << 20}
+    got = _shared_by_a_and_b(values, dcgm47=True)
+    assert got["DCGM_FI_DEV_GPU_UTIL_RATIO"] == {None: 0.9, "a": 0.55, "b": 0.0}
+    assert got["DCGM_FI_DEV_FB_USED_BYTES"] == {None: 30 << 20, "a": 20 << 20, "b": 0.0}
 
 
 def test_dcgm_4_6s_gpu_util_ratio_splits_in_percent():
     """Before 4.9 GPU_UTIL_RATIO is DCGM 4.6's alias of GPU_UTIL (0-100): its pod shares too."""
-    g0 = gpu(0)
-    s = snap([g0], values={g0.key: {"DCGM_FI_DEV_GPU_UTIL_RATIO": 90}})
-    catalog = parse("DCGM_FI_DEV_GPU_UTIL_RATIO, gauge, x\n")
-    sharers = {g0.key: (Holder(A, "uid-a"), Holder(B, "uid-b"))}
-    splits = [Split(g0, fb={A: 20.0, B: 0.0}, sm={A: 55.0, B: 0.0})]
-    b = Stages()
-    b.publish(s, catalog, {}, splits, sharers)
-    got = samples(b.text)
-    util = {x.labels.get("pod"): x.value for x in pick(got, "DCGM_FI_DEV_GPU_UTIL_RATIO", "0")}
-    assert util == {None: 90, "a": 55, "b": 0}
+    got = _shared_by_a_and_b({"DCGM_FI_DEV_GPU_UTIL_RATIO": 90}, dcgm47=False)
+    assert got["DCGM_FI_DEV_GPU_UTIL_RATIO"] == {None: 90, "a": 55, "b": 0}
